@@ -1,0 +1,74 @@
+"""Every error acta-sqla raises on purpose. Each says what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class ActaError(Exception):
+    """Base class of acta-sqla's own errors."""
+
+
+class ConfigurationError(ActaError):
+    """A setting or option has a value acta cannot use."""
+
+
+class InvalidJob(ActaError):
+    """A job cannot be enqueued as given (bad args, bad options, unknown kind)."""
+
+
+class InvalidJobArgs(InvalidJob):
+    """The args of a job failed validation against its handler's signature, or are not JSON."""
+
+
+class UnknownJobKind(InvalidJob):
+    """`acta.enqueue` was given a kind this Acta has no handler for."""
+
+
+class PayloadTooLarge(InvalidJob):
+    """Args or a result exceed the size acta stores."""
+
+
+class DuplicateJob(ActaError):
+    """A non-terminal job already holds this unique key.
+
+    Raised when a plain ``session.add`` inserts a job whose ``unique_key`` is held;
+    ``acta.enqueue`` returns the existing job instead.
+    """
+
+    def __init__(self, namespace: str, unique_key: str) -> None:
+        self.namespace = namespace
+        self.unique_key = unique_key
+        super().__init__(
+            f"a job with unique_key={unique_key!r} is already ready, executing or waiting in "
+            f"namespace {namespace!r}; use `await acta.enqueue(session, job)` to get the existing "
+            "job back instead of an error"
+        )
+
+
+class DatabaseUnavailable(ActaError):
+    """The database could not be reached."""
+
+
+class HandlerError(ActaError):
+    """Base of the exceptions a handler raises to steer its job's outcome."""
+
+
+class Retry(HandlerError):
+    """Raised by a handler: retry this job after ``after`` seconds (charged to the failure budget).
+
+    ``after=0`` retries as soon as a worker is free.
+    """
+
+    def __init__(self, after: float = 0.0, reason: str = "") -> None:
+        if after < 0:
+            raise ValueError(f"Retry(after={after!r}): after must be >= 0 seconds")
+        self.after = float(after)
+        self.reason = reason
+        super().__init__(reason or f"retry requested after {after:g}s")
+
+
+class Fail(HandlerError):
+    """Raised by a handler: end this job ``failed`` now, without using the rest of its budget."""
+
+
+class Cancel(HandlerError):
+    """Raised by a handler: end this job ``cancelled`` now."""

@@ -1,0 +1,156 @@
+"""Running acta's Alembic migrations: from the repo (`alembic upgrade head`), from an
+installed package (`acta db upgrade`), or inside an application's own Alembic environment.
+
+To fold acta into your own ``env.py``, call :func:`upgrade_connection` with the connection
+your ``run_migrations_online`` already has, before or after your own migrations; acta keeps
+its own version table in its schema, so the two histories never mix (docs/migrations.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from .models import SCHEMA, Base
+from .settings import ActaSettings, load_settings
+
+VERSION_TABLE = "alembic_version"
+_target_schema: str = SCHEMA
+
+
+def target_schema() -> str:
+    """The schema the running migration writes to (``ACTA_SCHEMA``, default ``acta``)."""
+    return _target_schema
+
+
+def migrations_path() -> Path:
+    """The folder of env.py and versions/: shipped in the wheel as ``acta_sqla/_migrations``,
+    or the repo's ``alembic/`` in a source checkout (editable install)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_migrations", here.parent / "alembic"):
+        if (candidate / "env.py").exists():
+            return candidate
+    raise FileNotFoundError(f"acta's migrations are missing: looked in {here / '_migrations'}")
+
+
+def alembic_config(
+    url: str | None = None, schema: str | None = None, connection: Connection | None = None
+) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_path()))
+    cfg.attributes["acta_url"] = url
+    cfg.attributes["acta_schema"] = schema
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade(url: str | None = None, revision: str = "head", schema: str | None = None) -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url, schema), revision)
+
+
+def downgrade(url: str | None = None, revision: str = "-1", schema: str | None = None) -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url, schema), revision)
+
+
+def upgrade_connection(connection: Connection, schema: str | None = None) -> None:
+    """Bring acta's schema to head on an open (sync) connection, e.g. inside your env.py."""
+    from alembic import command
+
+    command.upgrade(alembic_config(schema=schema, connection=connection), "head")
+
+
+def current(url: str | None = None, schema: str | None = None) -> str | None:
+    """The revision the database is at, or None before the first upgrade."""
+    settings = load_settings(db_schema=schema)
+    resolved = resolve_url(url, settings)
+
+    async def read() -> str | None:
+        engine = create_async_engine(resolved)
+        try:
+            async with engine.connect() as conn:
+                found = await conn.scalar(
+                    text("SELECT to_regclass(:t)"), {"t": f"{settings.db_schema}.{VERSION_TABLE}"}
+                )
+                if found is None:
+                    return None
+                return await conn.scalar(
+                    text(f'SELECT version_num FROM "{settings.db_schema}".{VERSION_TABLE}')
+                )
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def heads() -> list[str]:
+    from alembic.script import ScriptDirectory
+
+    return list(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def resolve_url(url: str | None, settings: ActaSettings) -> str:
+    from .store import async_url, database_url
+
+    return async_url(url or database_url(settings))
+
+
+def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    # Autogenerate (and `alembic check`) compares only acta's own schema.
+    if type_ == "schema":
+        return name == SCHEMA
+    return True
+
+
+def _configure_and_run(context: Any, connection: Connection, schema: str) -> None:
+    global _target_schema
+    _target_schema = schema
+    connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+    if schema != SCHEMA:
+        connection = connection.execution_options(schema_translate_map={SCHEMA: schema})
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        version_table=VERSION_TABLE,
+        version_table_schema=schema,
+        include_schemas=True,
+        include_name=_include_name,
+        compare_type=True,
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_env(context: Any) -> None:
+    """The body of alembic/env.py."""
+    cfg = context.config
+    attrs = cfg.attributes
+    settings = load_settings(db_schema=attrs.get("acta_schema"))
+    schema = settings.db_schema
+    connection = attrs.get("connection")
+    if connection is not None:
+        _configure_and_run(context, connection, schema)
+        return
+    url = attrs.get("acta_url") or cfg.get_main_option("sqlalchemy.url")
+    resolved = resolve_url(url, settings)
+
+    async def run() -> None:
+        engine = create_async_engine(resolved)
+        try:
+            async with engine.connect() as conn:
+                await conn.run_sync(lambda c: _configure_and_run(context, c, schema))
+                await conn.commit()
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())

@@ -1,0 +1,391 @@
+"""The ledger: declarative SQLAlchemy models of acta's tables.
+
+Every table lives in the ``acta`` schema (``SCHEMA``), so that an application's own Alembic
+autogenerate, which looks at its default schema, never proposes to drop them. A deployment
+that configures another schema (``ACTA_SCHEMA``) maps ``acta`` to it with SQLAlchemy's
+``schema_translate_map`` (see :func:`acta_sqla.engine_options`).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    Enum,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Sequence,
+    SmallInteger,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
+
+from .errors import InvalidJob, InvalidJobArgs, PayloadTooLarge
+from .settings import MAX_ARGS_BYTES
+
+SCHEMA = "acta"
+"""The schema name the models are declared in; remapped at run time when configured."""
+
+
+class JobStatus(StrEnum):
+    READY = "ready"
+    EXECUTING = "executing"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+ACTIVE_STATUSES = (JobStatus.READY, JobStatus.EXECUTING, JobStatus.WAITING)
+
+
+class WorkerStatus(StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
+    DEAD = "dead"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        schema=SCHEMA,
+        naming_convention={
+            "ix": "%(table_name)s_%(column_0_N_name)s_idx",
+            "uq": "%(table_name)s_%(column_0_N_name)s_key",
+            "ck": "%(table_name)s_%(constraint_name)s_check",
+            "fk": "%(table_name)s_%(column_0_name)s_fkey",
+            "pk": "%(table_name)s_pkey",
+        },
+    )
+
+
+def _status_type(enum: type[StrEnum], name: str) -> Enum:
+    # Stored as text with a CHECK constraint rather than a native enum: adding a status later
+    # is then a plain constraint change instead of an ALTER TYPE that cannot run in a
+    # transaction.
+    return Enum(
+        enum,
+        name=name,
+        native_enum=False,
+        create_constraint=True,
+        length=16,
+        values_callable=lambda e: [m.value for m in e],
+        validate_strings=True,
+    )
+
+
+_ACTIVE_SQL = "status IN ('ready', 'executing', 'waiting')"
+_TERMINAL_SQL = "status IN ('succeeded', 'failed', 'cancelled')"
+
+execution_id_seq = Sequence("execution_id_seq", metadata=Base.metadata)
+"""Minted by the claim: the value is the attempt's fencing token and its Execution's id."""
+
+
+def _check_json(field: str, value: Any, limit: int) -> Any:
+    try:
+        encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJobArgs(
+            f"{field} must be JSON-serializable (dict, list, str, int, float, bool, None): {exc}; "
+            "pass ids or ISO strings instead of objects"
+        ) from None
+    if len(encoded) > limit:
+        raise PayloadTooLarge(
+            f"{field} is {len(encoded):,} bytes as JSON; the limit is {limit:,}. Store large data "
+            "in your own table and pass its id"
+        )
+    return value
+
+
+class Job(Base):
+    """One job. ``session.add(Job(kind="send_welcome", args={"user_id": 42}))`` enqueues it
+    in the session's transaction; ``delay=`` (seconds or timedelta) makes it due later,
+    counted on the database clock."""
+
+    __tablename__ = "job"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text, default="default", server_default="default")
+    kind: Mapped[str] = mapped_column(Text)
+    args: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
+    status: Mapped[JobStatus] = mapped_column(
+        _status_type(JobStatus, "status"), default=JobStatus.READY, server_default="ready"
+    )
+    priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
+    """Lower runs first."""
+    run_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=func.now(), server_default=func.now()
+    )
+    """When the job is due (or, while ``waiting`` for a signal, when the wait times out)."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Attempts charged so far: a claim counts one; uncharged hand-backs give it back."""
+    max_attempts: Mapped[int | None] = mapped_column(Integer)
+    """The failure budget; None follows the kind's current definition."""
+
+    # The running attempt. execution_id is the fencing token: every write about an attempt
+    # matches (id, execution_id), so a stale worker's late write changes nothing.
+    execution_id: Mapped[int | None] = mapped_column(BigInteger)
+    worker_id: Mapped[int | None] = mapped_column(BigInteger)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    concurrency_key: Mapped[str | None] = mapped_column(Text)
+    rate_key: Mapped[str | None] = mapped_column(Text)
+    lane_key: Mapped[str | None] = mapped_column(Text)
+    unique_key: Mapped[str | None] = mapped_column(Text)
+
+    parent_id: Mapped[int | None] = mapped_column(BigInteger)
+    pending_children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    awaited_signal: Mapped[str | None] = mapped_column(Text)
+    signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """Signals received, by name: their payloads."""
+
+    result: Mapped[Any | None] = mapped_column(JSONB)
+    last_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """``{"type": ..., "message": ...}`` of the latest failed attempt."""
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=func.now(), server_default=func.now()
+    )
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        # The claim reads only this index: ready rows of one namespace in claim order. With
+        # millions of finished rows in the table it stays the size of the backlog.
+        Index(
+            "job_claim_idx",
+            "namespace",
+            "priority",
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'ready'"),
+        ),
+        Index(
+            "job_unique_key_idx",
+            "namespace",
+            "unique_key",
+            unique=True,
+            postgresql_where=text(f"unique_key IS NOT NULL AND {_ACTIVE_SQL}"),
+        ),
+        Index(
+            "job_lease_idx",
+            "namespace",
+            "lease_expires_at",
+            postgresql_where=text("status = 'executing'"),
+        ),
+        Index(
+            "job_finished_idx",
+            "namespace",
+            "finished_at",
+            postgresql_where=text(_TERMINAL_SQL),
+        ),
+        Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
+        {"schema": SCHEMA},
+    )
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        args: dict[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        **fields: Any,
+    ) -> None:
+        if not isinstance(kind, str) or not kind:
+            raise InvalidJob(f"kind must be a non-empty string, got {kind!r}")
+        if delay is not None:
+            if "run_at" in fields:
+                raise InvalidJob("give either run_at or delay, not both")
+            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+            if seconds < 0:
+                raise InvalidJob(f"delay must be >= 0 seconds, got {seconds!r}")
+            # Due time on the database clock, never this process's.
+            fields["run_at"] = func.now() + timedelta(seconds=seconds)
+            self._delay_seconds = seconds
+        run_at = fields.get("run_at")
+        if isinstance(run_at, datetime) and run_at.tzinfo is None:
+            raise InvalidJob(
+                f"run_at must be timezone-aware, got naive {run_at.isoformat()}; "
+                "use datetime.now(timezone.utc) or pass delay= in seconds"
+            )
+        super().__init__(kind=kind, args={} if args is None else args, **fields)
+
+    @validates("args")
+    def _validate_args(self, _key: str, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise InvalidJobArgs(f"args must be a dict of keyword arguments, got {value!r}")
+        return _check_json("args", value, MAX_ARGS_BYTES)
+
+    @validates("priority", "max_attempts")
+    def _validate_ints(self, key: str, value: Any) -> Any:
+        if value is None and key == "max_attempts":
+            return value
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidJob(f"{key} must be an int, got {value!r}")
+        if key == "priority" and not -32768 <= value <= 32767:
+            raise InvalidJob(f"priority must be between -32768 and 32767, got {value}")
+        if key == "max_attempts" and value < 1:
+            raise InvalidJob(f"max_attempts must be >= 1, got {value}")
+        return value
+
+    def __repr__(self) -> str:
+        return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"
+
+
+class Execution(Base):
+    """One attempt of a job, written when the attempt ends (completion or recovery).
+
+    Its id is the fencing token the claim minted; claimed, started and finished times,
+    outcome and error tell what happened."""
+
+    __tablename__ = "execution"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[int | None] = mapped_column(BigInteger)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    outcome: Mapped[str] = mapped_column(Text)
+    error_type: Mapped[str | None] = mapped_column(Text)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+
+
+class Worker(Base):
+    __tablename__ = "worker"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    hostname: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    status: Mapped[WorkerStatus] = mapped_column(
+        _status_type(WorkerStatus, "status"), default=WorkerStatus.RUNNING
+    )
+    executors: Mapped[int] = mapped_column(Integer)
+    kinds: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
+    version: Mapped[str] = mapped_column(Text, server_default="")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    heartbeat_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        Index("worker_live_idx", "namespace", postgresql_where=text("status = 'running'")),
+        {"schema": SCHEMA},
+    )
+
+
+class Namespace(Base):
+    __tablename__ = "namespace"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    definitions_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """Moves on every definition change; workers reload their policies when it moves."""
+    recovery_due_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    """The heartbeat that finds this past takes the recovery pass and moves it one lease on."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Definition(Base):
+    """The policy of one kind in one namespace: declared in code, adjustable by operators."""
+
+    __tablename__ = "definition"
+
+    namespace: Mapped[str] = mapped_column(
+        Text, ForeignKey(f"{SCHEMA}.namespace.name", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(Text, primary_key=True)
+    declared: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    """The policy as the code declares it (written by every worker start)."""
+    overrides: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    """Operator changes (``acta definitions set``); they win over ``declared``."""
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Lock(Base):
+    """A named lock held by one execution, renewed by its worker's heartbeat."""
+
+    __tablename__ = "lock"
+
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger)
+    execution_id: Mapped[int] = mapped_column(BigInteger)
+    worker_id: Mapped[int | None] = mapped_column(BigInteger)
+    acquired_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    lease_expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Schedule(Base):
+    """A recurring schedule: fires ``kind`` with ``args`` on a cron expression in a timezone."""
+
+    __tablename__ = "schedule"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    cron: Mapped[str] = mapped_column(Text)
+    timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
+    kind: Mapped[str] = mapped_column(Text)
+    args: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    missed: Mapped[str] = mapped_column(Text, server_default="once")
+    """What to do with fires missed while no worker ran: 'once' (fire one), 'skip'."""
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    next_fire_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        Index("schedule_namespace_name_key", "namespace", "name", unique=True),
+        {"schema": SCHEMA},
+    )
+
+
+class RateMeter(Base):
+    """A rate limit's shared meter: a token bucket per (namespace, key)."""
+
+    __tablename__ = "rate_meter"
+
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    tokens: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ConcurrencySlot(Base):
+    """One running execution's hold on a concurrency key; at most the key's limit exist."""
+
+    __tablename__ = "concurrency_slot"
+
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    execution_id: Mapped[int] = mapped_column(BigInteger)
+    worker_id: Mapped[int | None] = mapped_column(BigInteger)
+    acquired_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )

@@ -1,0 +1,190 @@
+"""Settings: read from ``ACTA_*`` environment variables and ``.env``.
+
+Only the seed's three tunables are settable (heartbeat interval, executor count, safety
+poll interval); every other timing is a constant below or derives from the heartbeat.
+All durations are in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigurationError
+
+# ---------------------------------------------------------------- constants (seed)
+POLL_FLOOR_SECONDS = 0.05
+"""The shortest idle sleep of the claimer."""
+IDLE_JITTER_SECONDS = 0.1
+"""Up to this much is added to an idle sleep so that idle workers do not claim in lockstep."""
+CONCURRENCY_BOUNCE_SECONDS = 2.0
+"""How soon a job refused its concurrency slot is due again."""
+BATCH_MAX_COMPLETIONS = 128
+"""Completions in one ``complete_executions`` call."""
+BATCH_MAX_BYTES = 4 * 1024 * 1024
+"""Result bytes in one call; a larger single result is written alone."""
+BATCH_WINDOW_SECONDS = 0.05
+"""Extra wait to fill a batch, only when the batch's first read found a backlog."""
+WRITE_REPEAT_FIRST_SECONDS = 1.0
+WRITE_REPEAT_MAX_SECONDS = 30.0
+WRITE_REPEAT_JITTER = 0.25
+WRITE_REPEAT_WARNINGS = 3
+"""Failed completion writes log a warning this many times, then an error per try."""
+DEFAULT_TIMEOUT_SECONDS = 300.0
+"""Default execution timeout of one attempt."""
+DEFAULT_MAX_ATTEMPTS = 20
+"""Default failure budget of a job (as Oban)."""
+DEFAULT_BACKOFF_BASE_SECONDS = 1.0
+DEFAULT_BACKOFF_MAX_SECONDS = 3600.0
+DEFAULT_GRACE_SECONDS = 30.0
+MAX_ARGS_BYTES = 1024 * 1024
+"""Largest JSON encoding of a job's args."""
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+"""Largest JSON encoding of a job's result; a larger result fails the attempt."""
+MAX_TRACEBACK_CHARS = 16 * 1024
+"""Tracebacks stored on an execution are cut to this many characters (the end is kept)."""
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
+SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def default_executors() -> int:
+    """4 per core, clamped to 8..64 (a 2-core container gets 8, 16 cores and up get 64)."""
+    return max(8, min(64, 4 * (os.cpu_count() or 1)))
+
+
+def default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("acta-sqla", appauthor=False)) / "pgdata"
+
+
+class ActaSettings(BaseSettings):
+    """acta-sqla's settings. Environment variables are the field names with prefix ``ACTA_``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ACTA_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+        frozen=True,
+    )
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the PostgreSQL database; unset = the embedded server.",
+    )
+    namespace: str = Field(default="default", description="The namespace a worker serves.")
+    app: str | None = Field(default=None, description="`module:attribute` of the Acta instance.")
+    db_schema: str = Field(
+        default="acta",
+        validation_alias=AliasChoices("ACTA_SCHEMA", "db_schema", "schema"),
+        description="PostgreSQL schema holding acta's tables.",
+    )
+    heartbeat_interval: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=45.0, description="Seconds between heartbeats; every lease timing derives from it."
+    )
+    executors: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default_factory=default_executors,
+        description="Executor loops per worker (default 4 per core, clamped to 8..64).",
+    )
+    safety_poll_interval: Annotated[float, Field(gt=0, le=60)] = Field(
+        default=1.0,
+        description="Seconds: the longest idle sleep, the back-off after a failed claim, and "
+        "the delay of a job handed back for want of a handler.",
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Data folder of the embedded PostgreSQL."
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _check_namespace(cls, value: str) -> str:
+        if not NAMESPACE_PATTERN.match(value):
+            raise ValueError(
+                "must be 1-63 characters of letters, digits, '_', '.' or '-' "
+                "(it names a LISTEN channel)"
+            )
+        return value
+
+    @field_validator("db_schema")
+    @classmethod
+    def _check_schema(cls, value: str) -> str:
+        if not SCHEMA_PATTERN.match(value):
+            raise ValueError("must be a lower-case PostgreSQL identifier such as 'acta'")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise ValueError(
+                "is not a database URL; expected e.g. postgresql://user@host:5432/dbname"
+            ) from None
+        if url.get_backend_name() != "postgresql":
+            raise ValueError(
+                f"names backend {url.get_backend_name()!r}; acta-sqla needs PostgreSQL "
+                "(postgresql://, postgresql+asyncpg:// or postgresql+psycopg://)"
+            )
+        return value
+
+    @property
+    def timings(self) -> Timings:
+        return Timings.from_heartbeat(self.heartbeat_interval)
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """The lease clock: every value derives from the one heartbeat interval."""
+
+    heartbeat: float
+    lease: float
+    attempt_deadline: float
+    worker_dead_after: float
+    recovery_interval: float
+
+    @classmethod
+    def from_heartbeat(cls, heartbeat: float) -> Timings:
+        lease = 4 * heartbeat
+        return cls(
+            heartbeat=heartbeat,
+            lease=lease,
+            # Halfway between one beat and the lease: a healthy attempt never comes near it,
+            # and a cancelled one still has (lease - deadline) to stop before another worker
+            # may take the row.
+            attempt_deadline=(heartbeat + lease) / 2,
+            worker_dead_after=7 * heartbeat,
+            recovery_interval=lease,
+        )
+
+
+def load_settings(**overrides: object) -> ActaSettings:
+    """Build settings from the environment plus ``overrides``; a bad value raises one clear line."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return ActaSettings(**clean)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigurationError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "value"
+        env = loc.upper() if loc.upper().startswith("ACTA_") else f"ACTA_{loc.upper()}"
+        env = "ACTA_SCHEMA" if env == "ACTA_DB_SCHEMA" else env
+        parts.append(f"{env}={err.get('input')!r}: {err['msg']}")
+    return "invalid setting " + "; ".join(parts)
