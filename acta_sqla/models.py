@@ -175,6 +175,8 @@ class Job(Base):
             "id",
             postgresql_where=text("status = 'ready'"),
         ),
+        # When the claim finds nothing, the claimer sleeps until the next ready row is due.
+        Index("job_due_idx", "namespace", "run_at", postgresql_where=text("status = 'ready'")),
         Index(
             "job_unique_key_idx",
             "namespace",

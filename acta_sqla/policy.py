@@ -18,6 +18,7 @@ from .settings import (
     DEFAULT_BACKOFF_BASE_SECONDS,
     DEFAULT_BACKOFF_MAX_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
 )
 
@@ -41,8 +42,8 @@ class Policy:
     """Template of the lane key: jobs of one lane run one at a time, in enqueue order."""
     unique_key: str | None = None
     """Template of the unique key: one non-terminal job per key."""
-    retention: float | None = None
-    """Seconds a finished job is kept before recovery prunes it; None keeps it forever."""
+    retention: float | None = DEFAULT_RETENTION_SECONDS
+    """Seconds a finished job is kept before recovery prunes it (7 days); None keeps it forever."""
 
     def __post_init__(self) -> None:
         problems = []

@@ -176,3 +176,279 @@ def select_unique_holders() -> Any:
 
 def unique_holders_params(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     return {"namespaces": [p[0] for p in pairs], "keys": [p[1] for p in pairs]}
+
+
+# ---------------------------------------------------------------------------- worker
+
+_TERMINAL_SQL = "('succeeded', 'failed', 'cancelled')"
+
+
+class WorkerSQL:
+    """The worker's statements, rendered once for one schema (asyncpg ``$n`` parameters)."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}"'
+        self.schema = schema
+
+        # Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order,
+        # moves each to 'executing', counts the attempt, and mints its execution id (the
+        # fencing token). SKIP LOCKED: two claimers never take the same row, and never wait
+        # for each other.
+        self.claim_jobs = f"""
+            WITH picked AS (
+                SELECT id FROM {s}.job
+                WHERE namespace = $1 AND status = 'ready' AND run_at <= now()
+                ORDER BY priority, run_at, id
+                LIMIT $2
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE {s}.job AS j SET
+                status = 'executing',
+                attempts = j.attempts + 1,
+                execution_id = nextval('{schema}.execution_id_seq'),
+                worker_id = $3,
+                claimed_at = now(),
+                started_at = NULL,
+                lease_expires_at = now() + make_interval(secs => $4)
+            FROM picked
+            WHERE j.id = picked.id
+            RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+                      j.max_attempts, j.priority, j.concurrency_key, j.rate_key, j.lane_key,
+                      j.parent_id, j.signals::text AS signals"""
+
+        # Seconds until the next ready row of namespace $1 is due (None: none is waiting).
+        self.next_due_in = f"""
+            SELECT extract(epoch FROM min(run_at) - now())::float8
+            FROM {s}.job WHERE namespace = $1 AND status = 'ready'"""
+
+        # complete_executions: ONE statement writes every completion of a batch, whatever
+        # its shape. Guard: the row must still be 'executing' under the same execution id,
+        # so a repeated or late write (another worker took the row, or this one landed
+        # already) matches nothing and is reported as lease lost, never applied twice.
+        self.complete_executions = f"""
+            WITH c AS (
+                SELECT * FROM unnest(
+                    $1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::float8[],
+                    $6::int[], $7::text[], $8::text[], $9::text[], $10::text[],
+                    $11::float8[], $12::bool[], $13::int[]
+                ) AS c(job_id, execution_id, status, outcome, delay, charge, result,
+                       error_type, error_message, traceback, ran_seconds, record, attempt)
+            ),
+            done AS (
+                UPDATE {s}.job AS j SET
+                    status = c.status,
+                    attempts = j.attempts + c.charge,
+                    run_at = CASE WHEN c.status = 'ready'
+                                  THEN now() + make_interval(secs => c.delay)
+                                  ELSE j.run_at END,
+                    result = CASE WHEN c.status = 'succeeded' THEN c.result::jsonb
+                                  ELSE j.result END,
+                    last_error = CASE WHEN c.error_type IS NULL THEN j.last_error
+                                      ELSE jsonb_build_object('type', c.error_type,
+                                                              'message', c.error_message) END,
+                    finished_at = CASE WHEN c.status IN {_TERMINAL_SQL} THEN now() END,
+                    worker_id = NULL,
+                    lease_expires_at = NULL
+                FROM c
+                WHERE j.id = c.job_id AND j.execution_id = c.execution_id
+                  AND j.status = 'executing'
+                RETURNING j.id, j.claimed_at
+            ),
+            history AS (
+                INSERT INTO {s}.execution AS e (id, job_id, attempt, worker_id, claimed_at,
+                    started_at, finished_at, outcome, error_type, error_message, traceback)
+                SELECT c.execution_id, c.job_id, c.attempt, $14, done.claimed_at,
+                       CASE WHEN c.ran_seconds IS NULL THEN NULL
+                            ELSE now() - make_interval(secs => c.ran_seconds) END,
+                       now(), c.outcome, c.error_type, c.error_message, c.traceback
+                FROM c JOIN done ON done.id = c.job_id
+                WHERE c.record
+                ON CONFLICT (id) DO NOTHING
+            )
+            SELECT id FROM done"""
+
+        self.ensure_namespace = f"""
+            INSERT INTO {s}.namespace (name) VALUES ($1) ON CONFLICT (name) DO NOTHING"""
+
+        self.register_worker = f"""
+            INSERT INTO {s}.worker (namespace, hostname, pid, status, executors, kinds, version)
+            VALUES ($1, $2, $3, 'running', $4, $5::jsonb, $6)
+            RETURNING id"""
+
+        # Store the code's declared policies; a change moves the namespace's definitions
+        # version so that every worker reloads within one heartbeat.
+        self.store_definitions = f"""
+            WITH d AS (
+                SELECT * FROM unnest($2::text[], $3::text[]) AS d(kind, declared)
+            ),
+            up AS (
+                INSERT INTO {s}.definition AS def (namespace, kind, declared)
+                SELECT $1, d.kind, d.declared::jsonb FROM d
+                ON CONFLICT (namespace, kind) DO UPDATE
+                    SET declared = excluded.declared, updated_at = now()
+                    WHERE def.declared IS DISTINCT FROM excluded.declared
+                RETURNING 1
+            )
+            UPDATE {s}.namespace SET definitions_version = definitions_version + 1
+            WHERE name = $1 AND EXISTS (SELECT 1 FROM up)
+            RETURNING definitions_version"""
+
+        self.load_definitions = f"""
+            SELECT d.kind, d.declared::text, d.overrides::text, n.definitions_version
+            FROM {s}.namespace n LEFT JOIN {s}.definition d ON d.namespace = n.name
+            WHERE n.name = $1"""
+
+        self.stop_worker = f"""
+            UPDATE {s}.worker SET status = 'stopped', stopped_at = now()
+            WHERE id = $1 AND status <> 'stopped'"""
+
+        # The heartbeat: ONE statement renews the held (job, execution) pairs, records which
+        # attempts have started, refreshes the worker row, takes the namespace's recovery
+        # pass when it is due (moving it one lease on), and reports the definitions version.
+        # Rows locked by another transaction are skipped, not waited for: they show up as
+        # 'present' without 'renewed' and keep their deadline for the next beat.
+        self.heartbeat = f"""
+            WITH held AS (
+                SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::bool[])
+                    AS h(job_id, execution_id, started)
+            ),
+            lockable AS (
+                SELECT j.id FROM {s}.job j
+                JOIN held h ON j.id = h.job_id AND j.execution_id = h.execution_id
+                WHERE j.status = 'executing'
+                FOR UPDATE OF j SKIP LOCKED
+            ),
+            renewed AS (
+                UPDATE {s}.job AS j SET
+                    lease_expires_at = now() + make_interval(secs => $5),
+                    started_at = CASE WHEN h.started THEN coalesce(j.started_at, now())
+                                      ELSE j.started_at END
+                FROM lockable, held h
+                WHERE j.id = lockable.id AND h.job_id = j.id
+                RETURNING j.id, j.execution_id, j.cancel_requested
+            ),
+            present AS (
+                SELECT j.id, j.execution_id FROM {s}.job j
+                JOIN held h ON j.id = h.job_id AND j.execution_id = h.execution_id
+                WHERE j.status = 'executing'
+            ),
+            beat AS (
+                UPDATE {s}.worker SET heartbeat_at = now(), status = 'running'
+                WHERE id = $6
+                RETURNING id
+            ),
+            recovery AS (
+                UPDATE {s}.namespace SET recovery_due_at = now() + make_interval(secs => $7)
+                WHERE name = $1 AND recovery_due_at <= now()
+                RETURNING name
+            )
+            SELECT 'renewed' AS what, id, execution_id, cancel_requested AS flag FROM renewed
+            UNION ALL
+            SELECT 'present', id, execution_id, NULL FROM present
+            UNION ALL
+            SELECT 'namespace',
+                   (SELECT definitions_version FROM {s}.namespace WHERE name = $1),
+                   (SELECT count(*) FROM beat),
+                   EXISTS (SELECT 1 FROM recovery)"""
+
+        # Recovery, step 1: rows whose lease ran out go back to 'ready'. An attempt the
+        # database knows had started is charged (and ends 'failed' when the budget is
+        # spent); one only claimed gets its count back -- unless the same job was already
+        # lost unstarted before, so that a job that kills its worker at once still ends
+        # after its budget instead of looping forever.
+        self.recover_expired = f"""
+            WITH expired AS (
+                SELECT j.id, j.execution_id, j.attempts, j.started_at, j.claimed_at,
+                       j.worker_id,
+                       coalesce(j.max_attempts, (d.overrides->>'max_attempts')::int,
+                                (d.declared->>'max_attempts')::int, $3) AS budget,
+                       (j.started_at IS NOT NULL OR EXISTS (
+                            SELECT 1 FROM {s}.execution e
+                            WHERE e.job_id = j.id AND e.outcome = 'lost' AND e.started_at IS NULL
+                       )) AS charged
+                FROM {s}.job j
+                LEFT JOIN {s}.definition d ON d.namespace = j.namespace AND d.kind = j.kind
+                WHERE j.namespace = $1 AND j.status = 'executing' AND j.lease_expires_at < now()
+                ORDER BY j.lease_expires_at
+                LIMIT $2
+                FOR UPDATE OF j SKIP LOCKED
+            ),
+            recovered AS (
+                UPDATE {s}.job AS j SET
+                    status = CASE WHEN e.charged AND e.attempts >= e.budget THEN 'failed'
+                                  ELSE 'ready' END,
+                    attempts = CASE WHEN e.charged THEN j.attempts ELSE j.attempts - 1 END,
+                    run_at = now(),
+                    last_error = CASE WHEN e.charged THEN jsonb_build_object(
+                        'type', 'acta.LeaseExpired',
+                        'message', CASE WHEN e.attempts >= e.budget
+                            THEN format('the worker running attempt %s of %s stopped renewing '
+                                        'its lease (crashed or stalled): failure budget spent',
+                                        e.attempts, e.budget)
+                            ELSE 'the worker running this attempt stopped renewing its lease '
+                                 '(crashed or stalled)' END)
+                        ELSE j.last_error END,
+                    finished_at = CASE WHEN e.charged AND e.attempts >= e.budget
+                                       THEN now() END,
+                    worker_id = NULL,
+                    lease_expires_at = NULL
+                FROM expired e
+                WHERE j.id = e.id
+                RETURNING j.id, j.status
+            ),
+            history AS (
+                INSERT INTO {s}.execution (id, job_id, attempt, worker_id, claimed_at,
+                    started_at, finished_at, outcome, error_type, error_message)
+                SELECT e.execution_id, e.id, e.attempts, e.worker_id, e.claimed_at,
+                       e.started_at, now(), 'lost', 'acta.LeaseExpired',
+                       CASE WHEN e.charged THEN 'lease expired after the attempt started'
+                            ELSE 'lease expired before the attempt was known to start' END
+                FROM expired e JOIN recovered r ON r.id = e.id
+                ON CONFLICT (id) DO NOTHING
+            )
+            SELECT r.id, r.status, e.charged FROM recovered r JOIN expired e ON e.id = r.id"""
+
+        # Recovery, step 2: workers silent for 7 beats are dead; their locks and concurrency
+        # slots are freed.
+        self.mark_dead_workers = f"""
+            WITH dead AS (
+                UPDATE {s}.worker SET status = 'dead', stopped_at = now()
+                WHERE namespace = $1 AND status = 'running'
+                  AND heartbeat_at < now() - make_interval(secs => $2)
+                RETURNING id
+            ),
+            locks AS (
+                DELETE FROM {s}.lock WHERE worker_id IN (SELECT id FROM dead) RETURNING 1
+            ),
+            slots AS (
+                DELETE FROM {s}.concurrency_slot WHERE worker_id IN (SELECT id FROM dead)
+                RETURNING 1
+            )
+            SELECT id FROM dead"""
+
+        # Recovery, step 3: finished jobs past their kind's retention, one bounded chunk.
+        self.prune_finished = f"""
+            WITH doomed AS (
+                SELECT j.id FROM {s}.job j
+                LEFT JOIN {s}.definition d ON d.namespace = j.namespace AND d.kind = j.kind
+                CROSS JOIN LATERAL (
+                    SELECT coalesce(d.overrides -> 'retention', d.declared -> 'retention') AS eff
+                ) r
+                WHERE j.namespace = $1
+                  AND j.status IN {_TERMINAL_SQL}
+                  -- retention null keeps a kind's jobs forever; absent means the default $3
+                  AND j.finished_at < now() - make_interval(secs => CASE
+                        WHEN r.eff IS NULL THEN $3
+                        WHEN jsonb_typeof(r.eff) = 'number' THEN r.eff::float8
+                      END)
+                ORDER BY j.finished_at
+                LIMIT $2
+                FOR UPDATE OF j SKIP LOCKED
+            ),
+            gone AS (
+                DELETE FROM {s}.job WHERE id IN (SELECT id FROM doomed) RETURNING id
+            ),
+            history AS (
+                DELETE FROM {s}.execution WHERE job_id IN (SELECT id FROM gone) RETURNING 1
+            )
+            SELECT count(*) FROM gone"""

@@ -43,6 +43,13 @@ DEFAULT_MAX_ATTEMPTS = 20
 DEFAULT_BACKOFF_BASE_SECONDS = 1.0
 DEFAULT_BACKOFF_MAX_SECONDS = 3600.0
 DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+"""How long finished jobs are kept before recovery prunes them (per kind: ``retention``)."""
+PRUNE_CHUNK = 1000
+"""Rows one prune statement deletes; a recovery pass runs at most PRUNE_CHUNKS of them."""
+PRUNE_CHUNKS = 20
+RECOVERY_CHUNK = 1000
+"""Expired leases one recovery statement returns to ready (repeated until none is left)."""
 MAX_ARGS_BYTES = 1024 * 1024
 """Largest JSON encoding of a job's args."""
 MAX_RESULT_BYTES = 64 * 1024 * 1024

@@ -3,13 +3,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import asyncpg
+from loguru import logger
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, ExceptionContext, make_url
 
-from .errors import DuplicateJob
-from .settings import ActaSettings
+from .errors import ActaError, ConfigurationError, DuplicateJob
+from .queries import WorkerSQL
+from .settings import ActaSettings, Timings
+from .values import ClaimedJob, Completion, HeartbeatReport
 
 
 def database_url(settings: ActaSettings) -> str:
@@ -38,7 +48,9 @@ def asyncpg_dsn(url: str | URL) -> str:
 # ---------------------------------------------------------------- database errors → acta errors
 
 _UNIQUE_INDEX = "job_unique_key_idx"
-_KEY_DETAIL = re.compile(r"Key \(namespace, unique_key\)=\((?P<ns>.*?), (?P<key>.*)\) already exists")
+_KEY_DETAIL = re.compile(
+    r"Key \(namespace, unique_key\)=\((?P<ns>.*?), (?P<key>.*)\) already exists"
+)
 
 
 def _db_error_fields(exc: BaseException | None) -> tuple[str | None, str | None]:
@@ -73,3 +85,377 @@ def install_error_translation() -> None:
     the key) instead of a bare IntegrityError, on every engine, sync or async."""
     if not event.contains(Engine, "handle_error", _translate_error):
         event.listen(Engine, "handle_error", _translate_error)
+
+
+# ---------------------------------------------------------------- the worker's store
+
+
+class StoreUnavailable(ActaError):
+    """A statement could not run because the connection failed; the caller backs off and
+    tries again (a new connection is opened on the next call)."""
+
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    ConnectionError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ReadOnlySQLTransactionError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+class RoleConnection:
+    """One connection of one role (claim, complete, heartbeat, listen), opened on demand.
+
+    A connection error discards the connection (it may be pointed at a demoted primary or
+    half dead) and raises ``StoreUnavailable``; the next call connects afresh.
+    """
+
+    def __init__(
+        self, dsn: str, role: str, timeout: float, settings: dict[str, str] | None = None
+    ) -> None:
+        self.dsn = dsn
+        self.role = role
+        self.timeout = timeout
+        self.settings = settings or {}
+        self.conn: asyncpg.Connection | None = None
+        self.application_name = f"acta:{role}"
+
+    async def get(self) -> asyncpg.Connection:
+        if self.conn is None or self.conn.is_closed():
+            self.conn = None
+            try:
+                self.conn = await asyncpg.connect(
+                    self.dsn,
+                    timeout=self.timeout,
+                    server_settings={"application_name": self.application_name, **self.settings},
+                )
+            except _CONNECTION_ERRORS as exc:
+                raise StoreUnavailable(f"{self.role}: cannot connect: {_brief(exc)}") from exc
+        return self.conn
+
+    async def discard(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        conn = await self.get()
+        try:
+            return await conn.fetch(sql, *args, timeout=self.timeout)
+        except _CONNECTION_ERRORS as exc:
+            await self.discard()
+            raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        conn = await self.get()
+        try:
+            return await conn.execute(sql, *args, timeout=self.timeout)
+        except _CONNECTION_ERRORS as exc:
+            await self.discard()
+            raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), timeout=2)
+            except (*_CONNECTION_ERRORS, asyncio.CancelledError):
+                conn.terminate()
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _claimed(r: asyncpg.Record) -> ClaimedJob:
+    return ClaimedJob(
+        id=r["id"],
+        execution_id=r["execution_id"],
+        kind=r["kind"],
+        args_json=r["args"],
+        attempts=r["attempts"],
+        max_attempts=r["max_attempts"],
+        priority=r["priority"],
+        concurrency_key=r["concurrency_key"],
+        rate_key=r["rate_key"],
+        lane_key=r["lane_key"],
+        parent_id=r["parent_id"],
+        signals_json=r["signals"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Definitions:
+    version: int
+    declared: dict[str, dict[str, Any]]
+    overrides: dict[str, dict[str, Any]]
+
+
+class WorkerStore:
+    """What a worker's stages call. Each stage has its own connection, so a busy claim never
+    delays a completion write or a heartbeat."""
+
+    def __init__(self, url: str, schema: str, namespace: str, timings: Timings) -> None:
+        dsn = asyncpg_dsn(url)
+        self.sql = WorkerSQL(schema)
+        self.namespace = namespace
+        self.timings = timings
+        self.worker_id: int | None = None
+        # The claim commits without waiting for its WAL flush. A claim lost to a database
+        # crash is a claim whose answer was lost: the row is simply still 'ready', and a
+        # completion for it is fenced out (the execution id it carries was never stored).
+        # Completions and renewals stay fully durable.
+        self.claim_conn = RoleConnection(
+            dsn, "claim", timeout=30.0, settings={"synchronous_commit": "off"}
+        )
+        self.complete_conn = RoleConnection(dsn, "complete", timeout=60.0)
+        self.heartbeat_conn = RoleConnection(dsn, "heartbeat", timeout=max(10.0, timings.heartbeat))
+        self.admin_conn = RoleConnection(dsn, "admin", timeout=30.0)
+        self.dsn = dsn
+        self.channel = f"{schema}.{namespace}"
+
+    def _name(self, worker_id: int) -> None:
+        for rc in (self.claim_conn, self.complete_conn, self.heartbeat_conn, self.admin_conn):
+            rc.application_name = f"acta:{rc.role}:{worker_id}"
+
+    async def close(self) -> None:
+        for rc in (self.claim_conn, self.complete_conn, self.heartbeat_conn, self.admin_conn):
+            await rc.close()
+
+    # -------------------------------------------------------------- start and stop
+
+    async def register_worker(
+        self, hostname: str, pid: int, executors: int, kinds: list[str], version: str
+    ) -> int:
+        await self.admin_conn.execute(self.sql.ensure_namespace, self.namespace)
+        rows = await self.admin_conn.fetch(
+            self.sql.register_worker,
+            self.namespace,
+            hostname,
+            pid,
+            executors,
+            json.dumps(kinds),
+            version,
+        )
+        self.worker_id = int(rows[0]["id"])
+        self._name(self.worker_id)
+        return self.worker_id
+
+    async def store_definitions(self, declared: dict[str, dict[str, Any]]) -> None:
+        kinds = sorted(declared)
+        await self.admin_conn.fetch(
+            self.sql.store_definitions,
+            self.namespace,
+            kinds,
+            [json.dumps(declared[k], sort_keys=True) for k in kinds],
+        )
+
+    async def load_definitions(self) -> Definitions:
+        rows = await self.admin_conn.fetch(self.sql.load_definitions, self.namespace)
+        version = int(rows[0]["definitions_version"]) if rows else 0
+        declared: dict[str, dict[str, Any]] = {}
+        overrides: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            if r["kind"] is not None:
+                declared[r["kind"]] = json.loads(r["declared"])
+                overrides[r["kind"]] = json.loads(r["overrides"])
+        return Definitions(version, declared, overrides)
+
+    async def stop_worker(self) -> None:
+        if self.worker_id is not None:
+            await self.admin_conn.execute(self.sql.stop_worker, self.worker_id)
+
+    # -------------------------------------------------------------- the hot path
+
+    async def claim_jobs(self, limit: int) -> list[ClaimedJob]:
+        rows = await self.claim_conn.fetch(
+            self.sql.claim_jobs, self.namespace, limit, self.worker_id, self.timings.lease
+        )
+        return [_claimed(r) for r in rows]
+
+    async def next_due_in(self) -> float | None:
+        rows = await self.claim_conn.fetch(self.sql.next_due_in, self.namespace)
+        return rows[0][0] if rows else None
+
+    async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
+        """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
+        write applied (the others' leases were lost, or an earlier try landed)."""
+        rows = await self.complete_conn.fetch(
+            self.sql.complete_executions,
+            [c.job_id for c in batch],
+            [c.execution_id for c in batch],
+            [c.status for c in batch],
+            [c.outcome.value for c in batch],
+            [c.delay for c in batch],
+            [c.charge for c in batch],
+            [c.result_json for c in batch],
+            [c.error_type for c in batch],
+            [c.error_message for c in batch],
+            [c.traceback for c in batch],
+            [c.ran_seconds for c in batch],
+            [c.record for c in batch],
+            [c.attempt for c in batch],
+            self.worker_id,
+        )
+        return {r[0] for r in rows}
+
+    # -------------------------------------------------------------- heartbeat and recovery
+
+    async def heartbeat(self, held: Sequence[tuple[int, int, bool]]) -> HeartbeatReport:
+        """ONE call: renew ``held`` (job, execution, started) triples, refresh the worker row,
+        take the recovery pass if due, and read the definitions version."""
+        rows = await self.heartbeat_conn.fetch(
+            self.sql.heartbeat,
+            self.namespace,
+            [h[0] for h in held],
+            [h[1] for h in held],
+            [h[2] for h in held],
+            self.timings.lease,
+            self.worker_id,
+            self.timings.recovery_interval,
+        )
+        renewed: set[tuple[int, int]] = set()
+        present: set[tuple[int, int]] = set()
+        cancel: set[int] = set()
+        version, recovery_due = 0, False
+        for r in rows:
+            what = r["what"]
+            if what == "renewed":
+                renewed.add((r["id"], r["execution_id"]))
+                if r["flag"]:
+                    cancel.add(r["id"])
+            elif what == "present":
+                present.add((r["id"], r["execution_id"]))
+            else:
+                version = int(r["id"] or 0)
+                recovery_due = bool(r["flag"])
+        return HeartbeatReport(
+            renewed=frozenset(renewed),
+            busy=frozenset(present - renewed),
+            cancel_requested=frozenset(cancel),
+            definitions_version=version,
+            recovery_due=recovery_due,
+        )
+
+    async def recover_expired(self, limit: int, default_budget: int) -> list[tuple[int, str, bool]]:
+        rows = await self.admin_conn.fetch(
+            self.sql.recover_expired, self.namespace, limit, default_budget
+        )
+        return [(r["id"], r["status"], r["charged"]) for r in rows]
+
+    async def mark_dead_workers(self) -> list[int]:
+        rows = await self.admin_conn.fetch(
+            self.sql.mark_dead_workers, self.namespace, self.timings.worker_dead_after
+        )
+        return [r["id"] for r in rows]
+
+    async def prune_finished(self, limit: int, default_retention: float) -> int:
+        rows = await self.admin_conn.fetch(
+            self.sql.prune_finished, self.namespace, limit, default_retention
+        )
+        return int(rows[0][0]) if rows else 0
+
+    async def check_schema(self) -> None:
+        """Fail with what to do when acta's tables are missing or behind this code."""
+        from .migrate import VERSION_TABLE, heads
+
+        rows = await self.admin_conn.fetch(
+            "SELECT to_regclass($1)::text", f"{self.sql.schema}.{VERSION_TABLE}"
+        )
+        head = heads()[0]
+        current = None
+        if rows and rows[0][0] is not None:
+            found = await self.admin_conn.fetch(
+                f'SELECT version_num FROM "{self.sql.schema}".{VERSION_TABLE}'
+            )
+            current = found[0][0] if found else None
+        if current != head:
+            raise ConfigurationError(
+                f"acta's schema {self.sql.schema!r} is at revision {current or 'none'}, this "
+                f"code needs {head}: run `acta db upgrade` (or `alembic upgrade head`)"
+            )
+
+
+class Listener:
+    """LISTEN on the namespace's channel, on its own connection, re-established after a
+    killed connection or a database restart; every notification (and every reconnect,
+    which may have missed some) calls ``on_notify``."""
+
+    def __init__(self, dsn: str, channel: str, on_notify: Callable[[], None]) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self.on_notify = on_notify
+        self.application_name = "acta:listen"
+        self.connected = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._conn: asyncpg.Connection | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="acta-listener")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    def _notified(self, *_: Any) -> None:
+        self.on_notify()
+
+    def _terminated(self, *_: Any) -> None:
+        self._lost.set()
+
+    async def _run(self) -> None:
+        delay = 0.5
+        log = logger.bind(stage="listener")
+        while True:
+            try:
+                conn = await asyncpg.connect(
+                    self.dsn,
+                    timeout=10,
+                    server_settings={"application_name": self.application_name},
+                )
+                self._lost.clear()
+                conn.add_termination_listener(self._terminated)
+                await conn.add_listener(self.channel, self._notified)
+                self._conn = conn
+            except _CONNECTION_ERRORS as exc:
+                self.connected.clear()
+                log.bind(event="listen_failed").warning(
+                    "cannot LISTEN, retrying in {:.1f}s: {}", delay, _brief(exc)
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            delay = 0.5
+            self.connected.set()
+            # Whatever was notified while we were not listening is picked up by one claim.
+            self.on_notify()
+            while not self._lost.is_set():
+                # A silently dead socket never reports termination: probe it now and then.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(5.0):
+                        await self._lost.wait()
+                if self._lost.is_set():
+                    break
+                try:
+                    await conn.execute("SELECT 1", timeout=5.0)
+                except _CONNECTION_ERRORS:
+                    break
+            self.connected.clear()
+            log.bind(event="listen_lost").warning("LISTEN connection lost; reconnecting")
+            conn.terminate()
+            self._conn = None

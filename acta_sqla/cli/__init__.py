@@ -11,5 +11,10 @@ app = typer.Typer(
 )
 
 
+from .worker import worker as _worker  # noqa: E402
+
+app.command()(_worker)
+
+
 def main() -> None:
     app()

@@ -1,0 +1,88 @@
+"""One table of acta's metrics, through the OpenTelemetry API (no-ops without an SDK).
+
+| name                          | instrument            | unit | attributes        |
+|-------------------------------|-----------------------|------|-------------------|
+| acta.jobs.inflight            | observable gauge      | 1    | state, namespace  |
+| acta.completions.batch        | histogram             | 1    | namespace         |
+| acta.claims                   | counter (rows)        | 1    | namespace         |
+| acta.completions              | counter               | 1    | outcome, namespace|
+| acta.claim.duration           | histogram             | s    | namespace         |
+| acta.completion.duration      | histogram             | s    | namespace         |
+| acta.lease.lost               | counter               | 1    | namespace         |
+
+Per-job work stays off the metric path: the in-flight gauge is read from the registry when
+a collector asks, and outcome counts are added once per batch.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics
+
+from .values import Completion
+
+if TYPE_CHECKING:
+    from .worker.inflight import Registry
+
+_meter = metrics.get_meter("acta_sqla")
+_registries: weakref.WeakKeyDictionary[Registry, str] = weakref.WeakKeyDictionary()
+
+
+def _observe_inflight(_options: Any) -> Iterable[metrics.Observation]:
+    for registry, namespace in list(_registries.items()):
+        counts = registry.counts()
+        for state in ("claimed", "executing", "finalizing"):
+            yield metrics.Observation(
+                counts.get(state, 0),  # type: ignore[call-overload]
+                {"state": state, "namespace": namespace},
+            )
+
+
+INFLIGHT = _meter.create_observable_gauge(
+    "acta.jobs.inflight",
+    callbacks=[_observe_inflight],
+    description="Claims held by workers, by registry state (claimed, executing, finalizing).",
+)
+COMPLETION_BATCH = _meter.create_histogram(
+    "acta.completions.batch", description="Completions written by one complete_executions call."
+)
+CLAIMS = _meter.create_counter("acta.claims", description="Rows claimed.")
+COMPLETIONS = _meter.create_counter("acta.completions", description="Completions, by outcome.")
+CLAIM_DURATION = _meter.create_histogram(
+    "acta.claim.duration", unit="s", description="Round trip of one claim statement."
+)
+COMPLETION_DURATION = _meter.create_histogram(
+    "acta.completion.duration",
+    unit="s",
+    description="From a batch's first write try until it landed.",
+)
+LEASE_LOST = _meter.create_counter(
+    "acta.lease.lost", description="Completions fenced out because the lease was lost."
+)
+
+
+def watch_registry(registry: Registry, namespace: str) -> None:
+    _registries[registry] = namespace
+
+
+def record_claim(namespace: str, rows: int, seconds: float) -> None:
+    attrs = {"namespace": namespace}
+    CLAIMS.add(rows, attrs)
+    CLAIM_DURATION.record(seconds, attrs)
+
+
+def record_batch(
+    namespace: str, batch: Sequence[Completion], applied: set[int], seconds: float
+) -> None:
+    attrs = {"namespace": namespace}
+    COMPLETION_BATCH.record(len(batch), attrs)
+    COMPLETION_DURATION.record(seconds, attrs)
+    for outcome, n in Counter(c.outcome.value for c in batch).items():
+        COMPLETIONS.add(n, {"outcome": outcome, "namespace": namespace})
+    lost = len(batch) - len(applied)
+    if lost > 0:
+        LEASE_LOST.add(lost, attrs)

@@ -1,0 +1,126 @@
+"""The claimer: takes due rows for free executors, one statement per batch."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Protocol
+
+from loguru import logger
+
+from ..settings import IDLE_JITTER_SECONDS, POLL_FLOOR_SECONDS, Timings
+from ..values import ClaimedJob
+from .clock import Clock
+from .inflight import Entry, Permits, Registry
+
+log = logger.bind(stage="claimer")
+
+
+class ClaimStore(Protocol):
+    async def claim_jobs(self, limit: int) -> list[ClaimedJob]: ...
+    async def next_due_in(self) -> float | None: ...
+
+
+class Claimer:
+    """Waits for one permit, then takes every other free one, and claims that many rows in
+    one call. After a claim that found work it lets the executors take those rows before
+    asking again, so the next claim asks for every permit they freed instead of the one or
+    two free at that instant. An empty claim sleeps until the next row is due (50 ms..1 s,
+    jittered up to 100 ms); a wake-up ends the sleep early. A failed claim backs off 1 s.
+    """
+
+    def __init__(
+        self,
+        store: ClaimStore,
+        registry: Registry,
+        permits: Permits,
+        claimed: asyncio.Queue[Entry | None],
+        timings: Timings,
+        safety_poll: float,
+        clock: Clock | None = None,
+        on_claim: object = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.permits = permits
+        self.claimed = claimed
+        self.timings = timings
+        self.safety_poll = safety_poll
+        self.clock = clock or Clock()
+        self.wake_event = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.stopping = False
+        self.idle = asyncio.Event()
+        """Set while the last claim found nothing (burst mode and tests wait on it)."""
+        self.claims = 0
+        self.claimed_rows = 0
+        self._on_claim = on_claim
+        self._task: asyncio.Task[None] | None = None
+        self._rng = random.Random()
+
+    def wake(self) -> None:
+        """End an idle sleep now (a NOTIFY arrived, or this process made a row due)."""
+        self.wake_event.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="acta-claimer")
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self._stop.set()
+        self.wake_event.set()
+        self.permits.close()
+        task, self._task = self._task, None
+        if task is not None:
+            # A claim in flight is allowed to finish, so its rows reach the registry (and
+            # are handed back by the shutdown) instead of being stranded by a cancel.
+            await asyncio.shield(task) if not task.done() else None
+
+    async def run(self) -> None:
+        while not self.stopping:
+            await self.run_once()
+
+    async def run_once(self) -> int:
+        """One claim: returns the number of rows claimed."""
+        permits = await self.permits.take_all()
+        if self.stopping:
+            self.permits.release(permits)
+            return 0
+        self.wake_event.clear()
+        started = self.clock.now()
+        try:
+            jobs = await self.store.claim_jobs(permits)
+        except Exception as exc:
+            self.permits.release(permits)
+            log.bind(event="claim_failed").warning(
+                "claim failed, retrying in {:.1f}s: {}", self.safety_poll, exc
+            )
+            await self.clock.wait(self._stop, self.safety_poll)
+            return 0
+        self.permits.release(permits - len(jobs))
+        self.claims += 1
+        if not jobs:
+            self.idle.set()
+            await self._idle_sleep()
+            return 0
+        self.idle.clear()
+        self.claimed_rows += len(jobs)
+        # Rows leave in claim order; the deadline counts from the claim's start, because
+        # the lease the database gave them counts from the same statement.
+        deadline = started + self.timings.attempt_deadline
+        for job in sorted(jobs, key=lambda j: (j.priority, j.id)):
+            self.claimed.put_nowait(self.registry.add(job, deadline))
+        if callable(self._on_claim):
+            self._on_claim(len(jobs), self.clock.now() - started)
+        await self.claimed.join()
+        return len(jobs)
+
+    async def _idle_sleep(self) -> None:
+        try:
+            due = await self.store.next_due_in()
+        except Exception:
+            due = None
+        seconds = self.safety_poll if due is None else max(due, POLL_FLOOR_SECONDS)
+        seconds = min(seconds + self._rng.uniform(0, IDLE_JITTER_SECONDS), self.safety_poll)
+        await self.clock.wait(self.wake_event, seconds)

@@ -1,0 +1,27 @@
+"""The worker's clock: loop time for deadlines and waits, injectable for tests.
+
+Local waits use the event loop's monotonic clock; every lease and due-time comparison is
+made by the database with ``now()``, so a skewed host clock changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class Clock:
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
+        """Wait for ``event`` at most ``seconds``; True if it was set."""
+        if event.is_set():
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await event.wait()
+        return event.is_set()

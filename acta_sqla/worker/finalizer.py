@@ -1,0 +1,229 @@
+"""The finalizer: one per worker; writes every completion of a batch in one round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import asyncpg
+from loguru import logger
+
+from ..settings import (
+    BATCH_MAX_BYTES,
+    BATCH_MAX_COMPLETIONS,
+    BATCH_WINDOW_SECONDS,
+    WRITE_REPEAT_FIRST_SECONDS,
+    WRITE_REPEAT_JITTER,
+    WRITE_REPEAT_MAX_SECONDS,
+    WRITE_REPEAT_WARNINGS,
+)
+from ..values import Completion, Outcome
+from .clock import Clock
+from .inflight import Registry
+
+log = logger.bind(stage="finalizer")
+
+STOP = None
+"""Put on the Completed channel after the last completion: flush and return."""
+
+
+class CompleteStore(Protocol):
+    async def complete_executions(self, batch: Sequence[Completion]) -> set[int]: ...
+
+
+def repeat_delay(tries: int, rng: random.Random) -> float:
+    """Back-off before try ``tries + 1`` of a failed write: 1 s doubling to 30 s, ±25 %."""
+    base = min(WRITE_REPEAT_FIRST_SECONDS * 2 ** (tries - 1), WRITE_REPEAT_MAX_SECONDS)
+    return base * rng.uniform(1 - WRITE_REPEAT_JITTER, 1 + WRITE_REPEAT_JITTER)
+
+
+class Finalizer:
+    """Reads one completion, then everything already waiting, up to 128 completions or
+    4 MiB of results; if that first read found a backlog, it waits up to 50 ms more to fill
+    the batch, and a lone completion never waits. The write repeats until it lands (or the
+    worker gives up on it at shutdown); then the wakes, the metric, and the entries go."""
+
+    def __init__(
+        self,
+        store: CompleteStore,
+        registry: Registry,
+        completed: asyncio.Queue[Completion | None],
+        clock: Clock | None = None,
+        on_written: Callable[[Sequence[Completion], set[int], float], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.completed = completed
+        self.clock = clock or Clock()
+        self.on_written = on_written
+        self.rng = rng or random.Random()
+        self.batches = 0
+        self.abandon = False
+        """Set at a hard shutdown: stop repeating a write that does not land."""
+        self._carry: Completion | None = None
+        self._stop_seen = False
+
+    async def run(self) -> None:
+        while not self._stop_seen or self._carry is not None:
+            batch = await self.next_batch()
+            if batch:
+                await self.write(batch)
+
+    async def next_batch(self) -> list[Completion]:
+        """Assemble one batch by the rules above (empty only when the STOP sentinel came)."""
+        first = self._carry
+        self._carry = None
+        if first is None:
+            if self._stop_seen:
+                return []
+            first = await self.completed.get()
+            if first is STOP:
+                self._stop_seen = True
+                return []
+        batch = [first]
+        if first.size > BATCH_MAX_BYTES:
+            return batch  # a larger single result is written alone
+        size = first.size
+        backlog = not self.completed.empty()
+        size = self._take_waiting(batch, size)
+        if backlog and self._room(batch):
+            try:
+                async with asyncio.timeout(BATCH_WINDOW_SECONDS):
+                    while self._room(batch):
+                        item = await self.completed.get()
+                        if not self._add(batch, item, size):
+                            break
+                        size += item.size  # type: ignore[union-attr]
+                        size = self._take_waiting(batch, size)
+            except TimeoutError:
+                pass
+        return batch
+
+    def _room(self, batch: list[Completion]) -> bool:
+        return len(batch) < BATCH_MAX_COMPLETIONS and self._carry is None and not self._stop_seen
+
+    def _add(self, batch: list[Completion], item: Completion | None, size: int) -> bool:
+        if item is STOP:
+            self._stop_seen = True
+            return False
+        assert item is not None
+        if size + item.size > BATCH_MAX_BYTES:
+            self._carry = item
+            return False
+        batch.append(item)
+        return True
+
+    def _take_waiting(self, batch: list[Completion], size: int) -> int:
+        while self._room(batch) and not self.completed.empty():
+            item = self.completed.get_nowait()
+            if not self._add(batch, item, size):
+                break
+            size += item.size  # type: ignore[union-attr]
+        return size
+
+    async def write(self, batch: list[Completion]) -> set[int]:
+        """One ``complete_executions`` call for the whole batch, repeated until it lands."""
+        tries = 0
+        started = self.clock.now()
+        while True:
+            try:
+                applied = await self.store.complete_executions(batch)
+                break
+            except asyncpg.PostgresError as exc:
+                if _is_data_error(exc):
+                    applied = await self._write_apart(batch, exc)
+                    break
+                error: Exception = exc
+            except Exception as exc:
+                error = exc
+            tries += 1
+            if self.abandon:
+                log.bind(event="completion_abandoned").error(
+                    "giving up on {} completions at shutdown; their rows return through "
+                    "recovery: {}",
+                    len(batch),
+                    error,
+                )
+                applied = set()
+                break
+            delay = repeat_delay(tries, self.rng)
+            level = "WARNING" if tries <= WRITE_REPEAT_WARNINGS else "ERROR"
+            log.bind(event="completion_write_failed", tries=tries).log(
+                level,
+                "writing {} completions failed (try {}), repeating in {:.1f}s: {}",
+                len(batch),
+                tries,
+                delay,
+                error,
+            )
+            await self.clock.sleep(delay)
+        self._settle(batch, applied, self.clock.now() - started)
+        return applied
+
+    async def _write_apart(self, batch: list[Completion], exc: Exception) -> set[int]:
+        """A statement the database refused for its data (never for the connection): write
+        each completion alone, and one that still fails becomes a plain failure without
+        its result, so one poison completion cannot block the rest."""
+        if len(batch) == 1:
+            c = batch[0]
+            log.bind(event="completion_refused", job_id=c.job_id).error(
+                "the database refused job {}'s completion ({}); recording it as failed",
+                c.job_id,
+                exc,
+            )
+            fallback = Completion(
+                job_id=c.job_id,
+                execution_id=c.execution_id,
+                outcome=Outcome.FAIL,
+                status="failed",
+                attempt=c.attempt,
+                error_type="acta.CompletionRefused",
+                error_message=f"the completion could not be stored: {str(exc)[:500]}",
+                ran_seconds=c.ran_seconds,
+            )
+            try:
+                return await self.store.complete_executions([fallback])
+            except Exception as again:
+                log.error("job {}: even the fallback completion failed: {}", c.job_id, again)
+                return set()
+        applied: set[int] = set()
+        for c in batch:
+            try:
+                applied |= await self.store.complete_executions([c])
+            except asyncpg.PostgresError as one:
+                if not _is_data_error(one):
+                    raise
+                applied |= await self._write_apart([c], one)
+        return applied
+
+    def _settle(self, batch: Sequence[Completion], applied: set[int], seconds: float) -> None:
+        lost = [c for c in batch if c.job_id not in applied]
+        if lost:
+            log.bind(event="lease_lost", count=len(lost)).warning(
+                "{} completion(s) matched nothing (lease lost: the row was recovered or taken "
+                "by another worker): jobs {}",
+                len(lost),
+                [c.job_id for c in lost[:10]],
+            )
+        for c in batch:
+            self.registry.remove((c.job_id, c.execution_id))
+        self.batches += 1
+        if self.on_written is not None:
+            self.on_written(batch, applied, seconds)
+
+
+_CONNECTION_CLASSES = ("08", "57", "53", "25")
+
+
+def _is_data_error(exc: asyncpg.PostgresError) -> bool:
+    """True for errors about the statement's data (22xxx, 23xxx...), not its connection."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return state[:2] not in _CONNECTION_CLASSES and state[:2] in ("22", "23", "42", "XX")
+
+
+def outcome_counts(batch: Sequence[Completion]) -> Counter[str]:
+    return Counter(c.outcome.value for c in batch)

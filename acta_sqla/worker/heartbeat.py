@@ -1,0 +1,116 @@
+"""The heartbeat: one call per beat renews exactly what the registry holds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from loguru import logger
+
+from ..settings import Timings
+from ..values import HeartbeatReport, Outcome
+from .clock import Clock
+from .inflight import EntryState, Registry
+
+log = logger.bind(stage="heartbeat")
+
+
+class HeartbeatStore(Protocol):
+    async def heartbeat(self, held: Sequence[tuple[int, int, bool]]) -> HeartbeatReport: ...
+
+
+class Heartbeat:
+    """Every beat: snapshot the registry and make one call with the held pairs. A renewed
+    row re-arms its entry's deadline (from the start of this renewal); a row locked by
+    another transaction keeps its deadline for the next beat; a row not answered cancels a
+    Claimed or Executing entry, while a Finalizing entry is left to its write. When the
+    namespace's definitions version moved, the policies are reloaded; when this beat took
+    the recovery pass, the pass runs beside the loop.
+
+    An entry whose deadline already fired is not renewed: its handler was told to stop,
+    and the lease must be allowed to run out if it does not.
+    """
+
+    def __init__(
+        self,
+        store: HeartbeatStore,
+        registry: Registry,
+        timings: Timings,
+        clock: Clock | None = None,
+        on_definitions: Callable[[int], None] | None = None,
+        on_recovery_due: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.timings = timings
+        self.clock = clock or Clock()
+        self.on_definitions = on_definitions
+        self.on_recovery_due = on_recovery_due
+        self.beats = 0
+        self.failures = 0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="acta-heartbeat")
+
+    async def stop(self) -> None:
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            await self.clock.wait(self._stop, self.timings.heartbeat)
+            if self._stop.is_set():
+                return
+            await self.run_once()
+
+    async def run_once(self) -> HeartbeatReport | None:
+        now = self.clock.now()
+        snapshot = [
+            e for e in self.registry if e.state is EntryState.FINALIZING or not e.fired(now)
+        ]
+        held = [(e.job.id, e.job.execution_id, e.started is not None) for e in snapshot]
+        started = self.clock.now()
+        try:
+            report = await self.store.heartbeat(held)
+        except Exception as exc:
+            self.failures += 1
+            # Deadlines stay as they are: an attempt whose renewals keep failing is
+            # cancelled at its deadline, before the lease runs out.
+            log.bind(event="heartbeat_failed").warning("heartbeat failed: {}", exc)
+            return None
+        self.beats += 1
+        deadline = started + self.timings.attempt_deadline
+        after = self.clock.now()
+        lost = 0
+        for entry in snapshot:
+            key = entry.key
+            if key in report.renewed:
+                entry.rearm(deadline)
+                if entry.job.id in report.cancel_requested:
+                    self.registry.fire(entry, Outcome.CANCELLED, after)
+            elif key in report.busy:
+                continue
+            elif entry.state is not EntryState.FINALIZING:
+                lost += 1
+                self.registry.fire(entry, Outcome.LEASE_LOST, after)
+        if lost:
+            log.bind(event="lease_lost", count=lost).warning(
+                "{} held row(s) were not renewed (recovered or taken over): their attempts "
+                "are cancelled",
+                lost,
+            )
+        if self.on_definitions is not None:
+            self.on_definitions(report.definitions_version)
+        if report.recovery_due and self.on_recovery_due is not None:
+            self.on_recovery_due()
+        return report

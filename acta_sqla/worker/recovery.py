@@ -1,0 +1,68 @@
+"""The recovery pass: taken by whichever worker's heartbeat finds it due, run beside the loop.
+
+Every step is its own short statement over bounded chunks, and each is fenced by status
+and lease in its WHERE clause, so a worker that dies mid-pass holds nothing back: the next
+pass (one lease later, on any worker) simply finds what is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from loguru import logger
+
+from ..settings import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION_SECONDS,
+    PRUNE_CHUNK,
+    PRUNE_CHUNKS,
+    RECOVERY_CHUNK,
+)
+
+log = logger.bind(stage="recovery")
+
+
+class RecoveryStore(Protocol):
+    async def recover_expired(
+        self, limit: int, default_budget: int
+    ) -> list[tuple[int, str, bool]]: ...
+    async def mark_dead_workers(self) -> list[int]: ...
+    async def prune_finished(self, limit: int, default_retention: float) -> int: ...
+
+
+@dataclass(slots=True)
+class RecoveryResult:
+    recovered: int = 0
+    charged: int = 0
+    failed: int = 0
+    dead_workers: int = 0
+    pruned: int = 0
+
+
+async def run_recovery(store: RecoveryStore) -> RecoveryResult:
+    result = RecoveryResult()
+    while True:
+        rows = await store.recover_expired(RECOVERY_CHUNK, DEFAULT_MAX_ATTEMPTS)
+        result.recovered += len(rows)
+        result.charged += sum(1 for _, _, charged in rows if charged)
+        result.failed += sum(1 for _, status, _ in rows if status == "failed")
+        if len(rows) < RECOVERY_CHUNK:
+            break
+    result.dead_workers = len(await store.mark_dead_workers())
+    for _ in range(PRUNE_CHUNKS):
+        pruned = await store.prune_finished(PRUNE_CHUNK, DEFAULT_RETENTION_SECONDS)
+        result.pruned += pruned
+        if pruned < PRUNE_CHUNK:
+            break
+    if result.recovered or result.dead_workers:
+        log.bind(event="recovered").info(
+            "recovery: {} expired row(s) back ({} charged, {} failed for good), {} dead "
+            "worker(s), {} finished job(s) pruned",
+            result.recovered,
+            result.charged,
+            result.failed,
+            result.dead_workers,
+            result.pruned,
+        )
+    return result

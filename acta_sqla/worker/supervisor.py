@@ -1,0 +1,370 @@
+"""The supervisor: wires the stages, owns the start and stop order.
+
+Start: database (the embedded default is started and migrated on first use), worker row,
+definitions, LISTEN, then finalizer, executors, heartbeat and claimer -- consumers before
+producers, so nothing is produced that no one takes.
+
+Stop (SIGTERM/SIGINT): stop claiming; hand back claimed-but-unstarted rows uncharged; let
+running handlers finish within the grace period (a second signal, or the end of the grace,
+cancels them: they are retried uncharged); flush the finalizer; stop the heartbeat (it
+renews what is still held until the last write); mark the worker stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from loguru import logger
+
+from .. import metrics
+from ..app import Acta
+from ..errors import ConfigurationError
+from ..policy import Policy
+from ..settings import (
+    BATCH_MAX_COMPLETIONS,
+    DEFAULT_GRACE_SECONDS,
+    ActaSettings,
+    load_settings,
+)
+from ..store import Listener, StoreUnavailable, WorkerStore, database_url
+from ..values import Completion, Outcome
+from .claimer import Claimer
+from .clock import Clock
+from .executor import Executor, handback
+from .finalizer import STOP, Finalizer
+from .heartbeat import Heartbeat
+from .inflight import Entry, EntryState, Permits, Registry
+from .recovery import run_recovery
+
+log = logger.bind(stage="worker")
+
+FORCED_STOP_SECONDS = 10.0
+"""After handlers are cancelled at shutdown, how long to wait for them to end."""
+FLUSH_SECONDS = 30.0
+"""How long the last completions may keep failing to write before the worker gives up on
+them (their rows then come back through recovery)."""
+
+
+class Worker:
+    """One worker process's pipeline for one namespace.
+
+    ``burst=True`` stops by itself once no job is due and nothing is in flight (used by
+    ``acta worker --burst`` and :func:`acta_sqla.testing.drain`).
+    """
+
+    def __init__(
+        self,
+        acta: Acta,
+        settings: ActaSettings | None = None,
+        *,
+        grace: float = DEFAULT_GRACE_SECONDS,
+        burst: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.acta = acta
+        self.settings = settings or load_settings(namespace=acta.namespace)
+        if self.settings.namespace != acta.namespace:
+            raise ConfigurationError(
+                f"the worker serves namespace {self.settings.namespace!r} but the app's Acta "
+                f"is for {acta.namespace!r}; set ACTA_NAMESPACE={acta.namespace} (or --namespace)"
+            )
+        self.namespace = acta.namespace
+        self.grace = grace
+        self.burst = burst
+        self.clock = clock or Clock()
+        self.timings = self.settings.timings
+        self.executors_count = self.settings.executors
+        self.registry = Registry()
+        self.permits = Permits(self.executors_count)
+        self.claimed: asyncio.Queue[Entry | None] = asyncio.Queue(maxsize=self.executors_count)
+        # Room for a full batch and the executors behind it; when it fills, intake stops.
+        self.completed: asyncio.Queue[Completion | None] = asyncio.Queue(
+            maxsize=BATCH_MAX_COMPLETIONS + self.executors_count
+        )
+        self.policies: dict[str, Policy] = {k: h.policy for k, h in acta.handlers.items()}
+        self.definitions_version = -1
+        self.store: WorkerStore | None = None
+        self.worker_id: int | None = None
+        self.stopped = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._force = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._background: set[asyncio.Task[Any]] = set()
+        self._recovering = False
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.executors_count, thread_name_prefix="acta-sync"
+        )
+
+    def policy(self, kind: str) -> Policy:
+        found = self.policies.get(kind)
+        if found is None:
+            handler = self.acta.handlers.get(kind)
+            found = handler.policy if handler is not None else Policy()
+        return found
+
+    # ------------------------------------------------------------------ start
+
+    async def _connect(self) -> WorkerStore:
+        url = await asyncio.to_thread(database_url, self.settings)
+        if not self.settings.database_url:
+            from .. import migrate
+
+            await asyncio.to_thread(migrate.upgrade, url, "head", self.settings.db_schema)
+        return WorkerStore(url, self.settings.db_schema, self.namespace, self.timings)
+
+    async def _register(self, store: WorkerStore) -> None:
+        """Register the worker row and store definitions, waiting out a database that is
+        down (logging why) until it answers or a stop is requested."""
+        delay = 1.0
+        while True:
+            try:
+                await store.check_schema()
+                self.worker_id = await store.register_worker(
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    executors=self.executors_count,
+                    kinds=sorted(self.acta.handlers),
+                    version=_version(),
+                )
+                await store.store_definitions(
+                    {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
+                )
+                await self.reload_definitions()
+                return
+            except StoreUnavailable as exc:
+                log.bind(event="database_unavailable").warning(
+                    "database unavailable, retrying in {:.0f}s: {}", delay, exc
+                )
+                if await self.clock.wait(self._stop_requested, delay):
+                    raise
+                delay = min(delay * 2, 30.0)
+
+    async def start(self) -> None:
+        self.store = store = await self._connect()
+        await self._register(store)
+        metrics.watch_registry(self.registry, self.namespace)
+        self.finalizer = Finalizer(
+            store, self.registry, self.completed, self.clock, on_written=self._on_written
+        )
+        self.claimer = Claimer(
+            store,
+            self.registry,
+            self.permits,
+            self.claimed,
+            self.timings,
+            self.settings.safety_poll_interval,
+            self.clock,
+            on_claim=lambda n, s: metrics.record_claim(self.namespace, n, s),
+        )
+        self.executor_stages = [
+            Executor(
+                self.acta.handlers,
+                self.policy,
+                self.registry,
+                self.permits,
+                self.claimed,
+                self.completed,
+                self.namespace,
+                self.settings.safety_poll_interval,
+                self._pool,
+                self.clock,
+                worker_id=lambda: self.worker_id,
+            )
+            for _ in range(self.executors_count)
+        ]
+        self.heartbeat = Heartbeat(
+            store,
+            self.registry,
+            self.timings,
+            self.clock,
+            on_definitions=self._on_definitions,
+            on_recovery_due=self._on_recovery_due,
+        )
+        self.listener = Listener(store.dsn, store.channel, self.claimer.wake)
+        self.listener.application_name = f"acta:listen:{self.worker_id}"
+        self.listener.start()
+        self._finalizer_task = asyncio.create_task(self.finalizer.run(), name="acta-finalizer")
+        self._executor_tasks = [
+            asyncio.create_task(e.run(), name=f"acta-executor-{i}")
+            for i, e in enumerate(self.executor_stages)
+        ]
+        self.heartbeat.start()
+        self.claimer.start()
+        log.bind(event="worker_started", worker_id=self.worker_id).info(
+            "worker {} started: namespace {!r}, {} executors, kinds {}",
+            self.worker_id,
+            self.namespace,
+            self.executors_count,
+            sorted(self.acta.handlers),
+        )
+
+    # ------------------------------------------------------------------ run and stop
+
+    def request_stop(self) -> None:
+        """The first SIGTERM/SIGINT: stop gracefully."""
+        self._stop_requested.set()
+
+    def force(self) -> None:
+        """The second signal: cancel running handlers now (their jobs are retried)."""
+        self._stop_requested.set()
+        self._force.set()
+
+    async def run(self) -> None:
+        """Start, run until a stop is requested (or, in burst mode, until idle), stop."""
+        try:
+            await self.start()
+        except StoreUnavailable:
+            if self._stop_requested.is_set():
+                self.stopped.set()
+                return
+            raise
+        try:
+            if self.burst:
+                await self._wait_burst_done()
+            else:
+                await self._stop_requested.wait()
+        finally:
+            await self.shutdown()
+
+    async def _wait_burst_done(self) -> None:
+        while not self._stop_requested.is_set():
+            if (
+                self.claimer.idle.is_set()
+                and len(self.registry) == 0
+                and not self.claimer.wake_event.is_set()
+                and self.completed.empty()
+            ):
+                return
+            await self.clock.wait(self._stop_requested, 0.01)
+
+    async def shutdown(self) -> None:
+        if self.stopped.is_set():
+            return
+        await self.claimer.stop()
+        handed = self._hand_back_unstarted()
+        await self._wait_executing(self.grace)
+        if self._executing():
+            self._interrupt_all()
+            await self._wait_executing(FORCED_STOP_SECONDS)
+        for _ in self._executor_tasks:
+            self.claimed.put_nowait(None)
+        _done, stuck = await asyncio.wait(self._executor_tasks, timeout=FORCED_STOP_SECONDS)
+        for task in stuck:
+            task.cancel()
+        await self.completed.put(STOP)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._finalizer_task), FLUSH_SECONDS)
+        except TimeoutError:
+            self.finalizer.abandon = True
+            await self._finalizer_task
+        await self.heartbeat.stop()
+        await self.listener.stop()
+        for task in list(self._background):
+            task.cancel()
+        assert self.store is not None
+        try:
+            await self.store.stop_worker()
+        except Exception as exc:
+            log.warning("could not mark worker {} stopped: {}", self.worker_id, exc)
+        await self.store.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        log.bind(event="worker_stopped", worker_id=self.worker_id).info(
+            "worker {} stopped ({} claimed-but-unstarted handed back, {} left held)",
+            self.worker_id,
+            handed,
+            len(self.registry),
+        )
+        self.stopped.set()
+
+    def _hand_back_unstarted(self) -> int:
+        handed = 0
+        while not self.claimed.empty():
+            entry = self.claimed.get_nowait()
+            self.claimed.task_done()
+            if entry is None:
+                continue
+            entry.stop_reason = Outcome.HANDBACK
+            entry.state = EntryState.FINALIZING
+            self.completed.put_nowait(handback(entry.job, 0.0))
+            handed += 1
+        return handed
+
+    def _executing(self) -> int:
+        return sum(1 for e in self.registry if e.state is not EntryState.FINALIZING)
+
+    async def _wait_executing(self, seconds: float) -> None:
+        deadline = self.clock.now() + seconds
+        while self._executing() and self.clock.now() < deadline:
+            if self._force.is_set():
+                return
+            await self.clock.wait(self._force, min(0.05, max(0.0, deadline - self.clock.now())))
+
+    def _interrupt_all(self) -> None:
+        now = self.clock.now()
+        for entry in self.registry:
+            if entry.state is EntryState.EXECUTING:
+                self.registry.fire(entry, Outcome.INTERRUPTED, now)
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _on_written(self, batch: Any, applied: set[int], seconds: float) -> None:
+        metrics.record_batch(self.namespace, batch, applied, seconds)
+        if any(c.status == "ready" and c.delay <= 0 and c.job_id in applied for c in batch):
+            self.claimer.wake()
+
+    def _on_definitions(self, version: int) -> None:
+        if version != self.definitions_version:
+            self._spawn(self.reload_definitions())
+
+    def _on_recovery_due(self) -> None:
+        if not self._recovering:
+            self._spawn(self._recover())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _recover(self) -> None:
+        assert self.store is not None
+        self._recovering = True
+        try:
+            await run_recovery(self.store)
+        except Exception as exc:
+            log.bind(event="recovery_failed").warning("recovery pass failed: {}", exc)
+        finally:
+            self._recovering = False
+
+    async def reload_definitions(self) -> None:
+        assert self.store is not None
+        try:
+            defs = await self.store.load_definitions()
+        except Exception as exc:
+            log.warning("could not load definitions: {}", exc)
+            return
+        policies: dict[str, Policy] = {}
+        for kind, handler in self.acta.handlers.items():
+            try:
+                policies[kind] = handler.policy.merged(defs.overrides.get(kind, {}))
+            except ConfigurationError as exc:
+                log.bind(event="bad_override", kind=kind).error(
+                    "ignoring the stored overrides of {!r}: {}", kind, exc
+                )
+                policies[kind] = handler.policy
+        changed = self.definitions_version >= 0 and defs.version != self.definitions_version
+        self.policies = policies
+        self.definitions_version = defs.version
+        if changed:
+            log.bind(event="definitions_reloaded").info(
+                "definitions of namespace {!r} reloaded (version {})", self.namespace, defs.version
+            )
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
