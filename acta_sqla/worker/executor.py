@@ -8,6 +8,7 @@ returns its permit: no row is ever stranded in ``executing`` by the worker's own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import traceback as tb
@@ -247,15 +248,21 @@ class Executor:
         except TimeoutError as exc:
             error = exc
         except asyncio.CancelledError as exc:
-            # Not our scope: the executor task itself is being cancelled (the loop is going
-            # down). Hand the completion over before letting the cancel through.
-            ran = self.clock.now() - now
-            self.completed.put_nowait(
-                failed(job, policy, Outcome.INTERRUPTED, _error_fields(exc), ran)
-            )
-            entry.state = EntryState.FINALIZING
-            self.permits.release(1)
-            raise
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():
+                # The handler raised it itself (or awaited something cancelled): a failure.
+                error = exc
+            else:
+                # The executor task itself is being cancelled (the loop is going down):
+                # hand the completion over before letting the cancel through.
+                ran = self.clock.now() - now
+                with contextlib.suppress(asyncio.QueueFull):  # else: recovered by lease
+                    self.completed.put_nowait(
+                        failed(job, policy, Outcome.INTERRUPTED, _error_fields(exc), ran)
+                    )
+                entry.state = EntryState.FINALIZING
+                self.permits.release(1)
+                raise
         except BaseException as exc:  # a handler must never take the worker down
             error = exc
         finally:

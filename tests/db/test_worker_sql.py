@@ -1,0 +1,320 @@
+"""Each worker statement against a real PostgreSQL: claim, complete, heartbeat, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from acta_sqla.settings import Timings
+from acta_sqla.store import WorkerStore, asyncpg_dsn
+from acta_sqla.values import Completion, Outcome
+from acta_sqla.worker.executor import handback
+
+TIMINGS = Timings.from_heartbeat(45.0)
+
+
+@pytest.fixture
+async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
+    c = await asyncpg.connect(asyncpg_dsn(db))
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def new_store(db: str, namespace: str = "default") -> WorkerStore:
+    store = WorkerStore(db, "acta", namespace, TIMINGS)
+    await store.register_worker("test-host", 1, 8, ["k"], "test")
+    return store
+
+
+@pytest.fixture
+async def store(db: str) -> AsyncIterator[WorkerStore]:
+    s = await new_store(db)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def insert(conn: asyncpg.Connection, n: int = 1, **cols: object) -> list[int]:
+    cols.setdefault("kind", "k")
+    names = ", ".join(cols)
+    values = ", ".join(f"${i + 1}" for i in range(len(cols)))
+    ids = []
+    for _ in range(n):
+        ids.append(
+            await conn.fetchval(
+                f"INSERT INTO acta.job ({names}) VALUES ({values}) RETURNING id", *cols.values()
+            )
+        )
+    return ids
+
+
+async def row(conn: asyncpg.Connection, job_id: int) -> asyncpg.Record:
+    return await conn.fetchrow("SELECT * FROM acta.job WHERE id = $1", job_id)
+
+
+async def test_claim_takes_due_rows_in_priority_run_at_id_order(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    late = await conn.fetchval(
+        "INSERT INTO acta.job (kind, run_at) VALUES ('k', now() - interval '1 minute') RETURNING id"
+    )
+    early = await conn.fetchval(
+        "INSERT INTO acta.job (kind, run_at) VALUES ('k', now() - interval '1 hour') RETURNING id"
+    )
+    urgent = (await insert(conn, priority=-5))[0]
+    [future] = await insert(conn)
+    await conn.execute(
+        "UPDATE acta.job SET run_at = now() + interval '1 hour' WHERE id = $1", future
+    )
+    [other_ns] = await insert(conn, namespace="elsewhere")
+    claimed = await store.claim_jobs(10)
+    assert [j.id for j in sorted(claimed, key=lambda j: (j.priority, j.id))][0] == urgent
+    assert {j.id for j in claimed} == {urgent, early, late}
+    assert future not in {j.id for j in claimed} and other_ns not in {j.id for j in claimed}
+    # Order within one claim: ask for one at a time.
+    await conn.execute("UPDATE acta.job SET status = 'ready', attempts = 0")
+    order = []
+    for _ in range(3):
+        [one] = await store.claim_jobs(1)
+        order.append(one.id)
+    assert order == [urgent, early, late]
+
+
+async def test_claim_moves_to_executing_counts_the_attempt_and_mints_an_execution(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    [job_id] = await insert(conn)
+    [claimed] = await store.claim_jobs(5)
+    r = await row(conn, job_id)
+    assert r["status"] == "executing" and r["attempts"] == 1 == claimed.attempts
+    assert r["execution_id"] == claimed.execution_id and r["worker_id"] == store.worker_id
+    lease_left = await conn.fetchval(
+        "SELECT extract(epoch FROM lease_expires_at - now()) FROM acta.job WHERE id = $1", job_id
+    )
+    assert 170 < lease_left <= 180
+    assert await store.claim_jobs(5) == []
+
+
+async def test_two_concurrent_claimers_never_take_the_same_row(
+    db: str, conn: asyncpg.Connection
+) -> None:
+    await conn.execute("INSERT INTO acta.job (kind) SELECT 'k' FROM generate_series(1, 2000)")
+    a, b = await new_store(db), await new_store(db)
+    taken: dict[str, list[int]] = {"a": [], "b": []}
+
+    async def claim_all(name: str, s: WorkerStore) -> None:
+        while batch := await s.claim_jobs(16):
+            taken[name] += [j.id for j in batch]
+
+    try:
+        await asyncio.gather(claim_all("a", a), claim_all("b", b))
+    finally:
+        await a.close()
+        await b.close()
+    assert not set(taken["a"]) & set(taken["b"])
+    assert len(taken["a"]) + len(taken["b"]) == 2000
+    assert taken["a"] and taken["b"]
+
+
+def completion(job, outcome: Outcome, status: str, **kw: object) -> Completion:  # type: ignore[no-untyped-def]
+    return Completion(
+        job_id=job.id,
+        execution_id=job.execution_id,
+        outcome=outcome,
+        status=status,
+        attempt=job.attempts,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_one_complete_executions_call_writes_every_shape(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    ids = await insert(conn, 5)
+    jobs = {j.id: j for j in await store.claim_jobs(5)}
+    ok, retry, dead, cancel, back = (jobs[i] for i in ids)
+    batch = [
+        completion(ok, Outcome.SUCCEEDED, "succeeded", result_json='{"a": 1}', ran_seconds=0.5),
+        completion(
+            retry,
+            Outcome.FAILED,
+            "ready",
+            delay=30.0,
+            error_type="E",
+            error_message="m",
+            traceback="tb",
+            ran_seconds=0.1,
+        ),
+        completion(dead, Outcome.FAILED, "failed", error_type="E", error_message="spent"),
+        completion(cancel, Outcome.CANCELLED, "cancelled", error_type="C", error_message="x"),
+        handback(back, 1.0),
+    ]
+    applied = await store.complete_executions(batch)
+    assert applied == set(ids)
+    r = await row(conn, ok.id)
+    assert (r["status"], json.loads(r["result"]), r["attempts"]) == ("succeeded", {"a": 1}, 1)
+    assert r["finished_at"] is not None and r["lease_expires_at"] is None
+    r = await row(conn, retry.id)
+    assert r["status"] == "ready" and r["finished_at"] is None
+    assert json.loads(r["last_error"]) == {"type": "E", "message": "m"}
+    due_in = await conn.fetchval(
+        "SELECT extract(epoch FROM run_at - now()) FROM acta.job WHERE id=$1", retry.id
+    )
+    assert 25 < due_in <= 30
+    assert (await row(conn, dead.id))["status"] == "failed"
+    assert (await row(conn, cancel.id))["status"] == "cancelled"
+    r = await row(conn, back.id)
+    assert (r["status"], r["attempts"]) == ("ready", 0)  # handed back uncharged
+    history = {r["job_id"]: r for r in await conn.fetch("SELECT * FROM acta.execution ORDER BY id")}
+    assert set(history) == {ok.id, retry.id, dead.id, cancel.id}  # no row for the hand-back
+    assert history[ok.id]["outcome"] == "succeeded" and history[ok.id]["attempt"] == 1
+    assert history[ok.id]["id"] == ok.execution_id
+    assert history[ok.id]["started_at"] < history[ok.id]["finished_at"]
+    assert history[retry.id]["traceback"] == "tb"
+
+
+async def test_a_repeated_completion_changes_nothing(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    [job_id] = await insert(conn)
+    [job] = await store.claim_jobs(1)
+    first = completion(job, Outcome.SUCCEEDED, "succeeded", result_json="1")
+    assert await store.complete_executions([first]) == {job_id}
+    before = await row(conn, job_id)
+    again = completion(job, Outcome.FAILED, "ready", error_type="late", error_message="late")
+    assert await store.complete_executions([first, again]) == set()
+    after = await row(conn, job_id)
+    assert dict(after) == dict(before)
+    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 1
+
+
+async def test_a_stale_execution_is_fenced_out(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    [job_id] = await insert(conn)
+    [old] = await store.claim_jobs(1)
+    # Recovery hands the row to another attempt.
+    await conn.execute("UPDATE acta.job SET status = 'ready' WHERE id = $1", job_id)
+    [new] = await store.claim_jobs(1)
+    assert new.execution_id != old.execution_id
+    stale = completion(old, Outcome.SUCCEEDED, "succeeded")
+    assert await store.complete_executions([stale]) == set()
+    assert (await row(conn, job_id))["status"] == "executing"
+
+
+async def test_heartbeat_renews_skips_locked_rows_and_reports_lost_ones(
+    db: str, conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await insert(conn, 3)
+    a, b, c = sorted(await store.claim_jobs(3), key=lambda j: j.id)
+    await conn.execute("UPDATE acta.job SET lease_expires_at = now() + interval '1 second'")
+    await conn.execute("UPDATE acta.job SET status = 'ready' WHERE id = $1", c.id)  # lost
+    locker = await asyncpg.connect(asyncpg_dsn(db))
+    try:
+        tx = locker.transaction()
+        await tx.start()
+        await locker.execute("SELECT 1 FROM acta.job WHERE id = $1 FOR UPDATE", b.id)
+        report = await asyncio.wait_for(
+            store.heartbeat(
+                [
+                    (a.id, a.execution_id, True),
+                    (b.id, b.execution_id, False),
+                    (c.id, c.execution_id, False),
+                ]
+            ),
+            timeout=10,
+        )
+        await tx.rollback()
+    finally:
+        await locker.close()
+    assert report.renewed == {(a.id, a.execution_id)}
+    assert report.busy == {(b.id, b.execution_id)}
+    r = await row(conn, a.id)
+    assert r["started_at"] is not None
+    left = await conn.fetchval(
+        "SELECT extract(epoch FROM lease_expires_at - now()) FROM acta.job WHERE id=$1", a.id
+    )
+    assert left > 170
+    assert report.recovery_due is True  # the namespace's first pass is due at once
+    again = await store.heartbeat([])
+    assert again.recovery_due is False  # moved one lease on by the first beat
+
+
+async def test_recovery_returns_expired_rows_charging_only_started_attempts(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await insert(conn, 3, max_attempts=2)
+    started, unstarted, spent = sorted(await store.claim_jobs(3), key=lambda j: j.id)
+    await conn.execute(
+        "UPDATE acta.job SET started_at = now() WHERE id = ANY($1)", [started.id, spent.id]
+    )
+    await conn.execute("UPDATE acta.job SET attempts = 2 WHERE id = $1", spent.id)
+    # The real 180 s lease, backdated instead of waited for.
+    await conn.execute("UPDATE acta.job SET lease_expires_at = now() - interval '1 second'")
+    rows = await store.recover_expired(100, 20)
+    assert {r[0]: (r[1], r[2]) for r in rows} == {
+        started.id: ("ready", True),
+        unstarted.id: ("ready", False),
+        spent.id: ("failed", True),
+    }
+    assert (await row(conn, started.id))["attempts"] == 1
+    assert (await row(conn, unstarted.id))["attempts"] == 0
+    r = await row(conn, spent.id)
+    assert r["finished_at"] is not None and "budget spent" in json.loads(r["last_error"])["message"]
+    # The stale worker's completion is fenced out.
+    assert (
+        await store.complete_executions([completion(started, Outcome.SUCCEEDED, "succeeded")])
+        == set()
+    )
+    # A second loss of the same job before it is known to start is charged: a job that
+    # kills its worker at once still ends after its budget.
+    [again] = [j for j in await store.claim_jobs(3) if j.id == unstarted.id]
+    await conn.execute(
+        "UPDATE acta.job SET lease_expires_at = now() - interval '1 second' WHERE id = $1", again.id
+    )
+    assert await store.recover_expired(100, 20) == [(unstarted.id, "ready", True)]
+
+
+async def test_recovery_marks_silent_workers_dead_and_frees_their_locks(
+    db: str, conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    other = await new_store(db)
+    try:
+        await conn.execute(
+            "UPDATE acta.worker SET heartbeat_at = now() - interval '10 minutes' WHERE id = $1",
+            other.worker_id,
+        )
+        await conn.execute(
+            "INSERT INTO acta.lock (namespace, name, job_id, execution_id, worker_id, lease_expires_at) "
+            "VALUES ('default', 'l', 1, 1, $1, now() + interval '1 hour')",
+            other.worker_id,
+        )
+        assert await store.mark_dead_workers() == [other.worker_id]
+        assert (
+            await conn.fetchval("SELECT status FROM acta.worker WHERE id = $1", other.worker_id)
+            == "dead"
+        )
+        assert await conn.fetchval("SELECT count(*) FROM acta.lock") == 0
+    finally:
+        await other.close()
+
+
+async def test_prune_deletes_finished_jobs_past_retention_in_bounded_chunks(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await conn.execute(
+        "INSERT INTO acta.job (kind, status, finished_at) SELECT 'k', 'succeeded', "
+        "now() - interval '8 days' FROM generate_series(1, 25)"
+    )
+    await insert(conn, 2, status="succeeded")  # finished just now: kept
+    await insert(conn, 1)  # ready: kept
+    assert await store.prune_finished(10, 7 * 24 * 3600.0) == 10
+    assert await store.prune_finished(100, 7 * 24 * 3600.0) == 15
+    assert await conn.fetchval("SELECT count(*) FROM acta.job") == 3

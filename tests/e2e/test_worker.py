@@ -1,0 +1,121 @@
+"""Real `acta worker` processes: exactly-once success, retries, timeouts, shutdown."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+from .conftest import read_runs, wait_for
+
+
+def enqueue(sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:  # type: ignore[no-untyped-def]
+    extra_names = "".join(f", {k}" for k in cols)
+    extra_values = "".join(f", %s" for _ in cols)
+    rows = sql(
+        f"INSERT INTO acta.job (namespace, kind, args{extra_names}) "
+        f"SELECT 'e2e', %s, %s::jsonb{extra_values} FROM generate_series(1, %s) RETURNING id",
+        kind,
+        args,
+        *cols.values(),
+        n,
+    )
+    return [r[0] for r in rows]
+
+
+def statuses(sql) -> Counter[str]:  # type: ignore[no-untyped-def]
+    return Counter({s: n for s, n in sql("SELECT status, count(*) FROM acta.job GROUP BY 1")})
+
+
+def test_two_workers_run_2000_jobs_each_succeeding_exactly_once(
+    sql, start_worker, oracle_log
+) -> None:  # type: ignore[no-untyped-def]
+    ids = enqueue(sql, "work", 2000, '{"n": 7}')
+    a = start_worker()
+    b = start_worker()
+    wait_for(lambda: statuses(sql)["succeeded"] == 2000, timeout=120, what="2000 successes")
+    for w in (a, b):
+        w.signal(signal.SIGTERM)
+    assert a.wait() == 0 and b.wait() == 0
+    runs = read_runs(oracle_log)
+    started = Counter(job for event, job, _, _ in runs if event == "start")
+    assert set(started) == set(ids)
+    assert max(started.values()) == 1, "a job ran twice"
+    pids = {pid for *_, pid in runs}
+    assert len(pids) == 2, "both workers took a share"
+    assert sql(
+        "SELECT count(*), count(DISTINCT job_id) FROM acta.execution WHERE outcome = 'succeeded'"
+    ) == [(2000, 2000)]
+    assert sql("SELECT DISTINCT attempts, result::text FROM acta.job") == [(1, '{"n": 7}')]
+    assert sql("SELECT count(*) FROM acta.worker WHERE status = 'stopped'") == [(2,)]
+
+
+def test_retries_end_failed_after_max_attempts(sql, start_worker, oracle_log) -> None:  # type: ignore[no-untyped-def]
+    [job_id] = enqueue(sql, "always_fails")
+    w = start_worker()
+    wait_for(lambda: statuses(sql)["failed"] == 1, timeout=60, what="the job to fail")
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+    [(attempts, error)] = sql(
+        "SELECT attempts, last_error->>'message' FROM acta.job WHERE id = %s", job_id
+    )
+    assert attempts == 3
+    assert "attempt 3 failed" in error and "failure budget spent" in error
+    history = sql(
+        "SELECT attempt, outcome FROM acta.execution WHERE job_id = %s ORDER BY id", job_id
+    )
+    assert history == [(1, "failed"), (2, "failed"), (3, "failed")]
+    assert [a for e, _, a, _ in read_runs(oracle_log) if e == "start"] == [1, 2, 3]
+
+
+def test_a_handler_past_its_timeout_is_cancelled_and_failed(sql, start_worker) -> None:  # type: ignore[no-untyped-def]
+    [job_id] = enqueue(sql, "too_slow")
+    w = start_worker()
+    wait_for(lambda: statuses(sql)["failed"] == 1, timeout=30, what="the timeout")
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+    [(error_type, message)] = sql(
+        "SELECT error_type, error_message FROM acta.execution WHERE job_id = %s", job_id
+    )
+    assert error_type == "acta.timeout" and "0.3s" in message
+
+
+def test_sigterm_lets_running_handlers_finish_and_leaves_the_rest_uncharged(
+    sql, start_worker, oracle_log
+) -> None:  # type: ignore[no-untyped-def]
+    running = enqueue(sql, "sleepy", 2, '{"seconds": 1.0}', priority=-1)
+    waiting = enqueue(sql, "work", 5)
+    w = start_worker("--executors", "2")
+    wait_for(
+        lambda: sum(1 for e, *_ in read_runs(oracle_log) if e == "start") == 2,
+        what="both sleepy handlers to start",
+    )
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=30) == 0
+    done = dict(sql("SELECT id, status FROM acta.job WHERE id = ANY(%s)", running))
+    assert set(done.values()) == {"succeeded"}, "running handlers finished within the grace"
+    rest = sql("SELECT DISTINCT status, attempts FROM acta.job WHERE id = ANY(%s)", waiting)
+    assert rest == [("ready", 0)]
+    assert sql("SELECT status FROM acta.worker") == [("stopped",)]
+
+
+def test_a_second_signal_cancels_running_handlers_which_are_retried_uncharged(
+    sql, start_worker, oracle_log
+) -> None:  # type: ignore[no-untyped-def]
+    [job_id] = enqueue(sql, "sleepy", 1, '{"seconds": 60}')
+    w = start_worker()
+    wait_for(lambda: read_runs(oracle_log), what="the handler to start")
+    w.signal(signal.SIGTERM)
+    wait_for(lambda: "stopping" in w.output(), what="the first signal to be seen")
+    w.signal(signal.SIGINT)
+    assert w.wait(timeout=30) == 0
+    assert sql("SELECT status, attempts FROM acta.job WHERE id = %s", job_id) == [("ready", 0)]
+    assert sql("SELECT outcome FROM acta.execution WHERE job_id = %s", job_id) == [("interrupted",)]
+
+
+def test_the_grace_period_ends_in_a_cancel(sql, start_worker, oracle_log) -> None:  # type: ignore[no-untyped-def]
+    [job_id] = enqueue(sql, "sleepy", 1, '{"seconds": 60}')
+    w = start_worker("--grace", "0.5")
+    wait_for(lambda: read_runs(oracle_log), what="the handler to start")
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=30) == 0
+    assert sql("SELECT status, attempts FROM acta.job WHERE id = %s", job_id) == [("ready", 0)]

@@ -1,0 +1,97 @@
+"""A fake store and clock to drive the worker's stages deterministically."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from acta_sqla.values import ClaimedJob, Completion, HeartbeatReport
+
+
+def job(
+    id: int, kind: str = "noop", args: str = "{}", attempts: int = 1, **kw: object
+) -> ClaimedJob:
+    return ClaimedJob(
+        id=id,
+        execution_id=1000 + id,
+        kind=kind,
+        args_json=args,
+        attempts=attempts,
+        max_attempts=kw.pop("max_attempts", None),  # type: ignore[arg-type]
+        priority=0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+class FakeClock:
+    """``now`` moves only when told; sleeps and waits are recorded and return at once."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.t = start
+        self.sleeps: list[float] = []
+        self.waits: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+        await asyncio.sleep(0)
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
+        self.waits.append(seconds)
+        await asyncio.sleep(0)
+        return event.is_set()
+
+
+class FakeStore:
+    """Answers claims from a list of queued batches; records every call."""
+
+    def __init__(self) -> None:
+        self.to_claim: list[list[ClaimedJob]] = []
+        self.claim_asks: list[int] = []
+        self.claim_errors: list[Exception] = []
+        self.claim_called = asyncio.Event()
+        self.next_due: float | None = None
+        self.batches: list[list[Completion]] = []
+        self.written = asyncio.Event()
+        self.write_errors: list[Exception] = []
+        self.lease_lost: set[int] = set()
+        self.heartbeats: list[list[tuple[int, int, bool]]] = []
+        self.report: HeartbeatReport | None = None
+
+    async def claim_jobs(self, limit: int) -> list[ClaimedJob]:
+        self.claim_asks.append(limit)
+        self.claim_called.set()
+        await asyncio.sleep(0)
+        if self.claim_errors:
+            raise self.claim_errors.pop(0)
+        if not self.to_claim:
+            return []
+        batch = self.to_claim.pop(0)
+        assert len(batch) <= limit, f"claimed {len(batch)} rows for {limit} permits"
+        return batch
+
+    async def next_due_in(self) -> float | None:
+        return self.next_due
+
+    async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
+        await asyncio.sleep(0)
+        if self.write_errors:
+            raise self.write_errors.pop(0)
+        self.batches.append(list(batch))
+        self.written.set()
+        return {c.job_id for c in batch} - self.lease_lost
+
+    async def heartbeat(self, held: Sequence[tuple[int, int, bool]]) -> HeartbeatReport:
+        self.heartbeats.append(list(held))
+        assert self.report is not None
+        return self.report
+
+
+async def until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    """Yield to the loop until ``predicate()`` holds; fail after ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.001)

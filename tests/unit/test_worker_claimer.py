@@ -1,0 +1,131 @@
+"""The claimer against a fake store: permits, batching, idle sleep, back-off."""
+
+from __future__ import annotations
+
+import asyncio
+
+from acta_sqla.settings import Timings
+from acta_sqla.worker.claimer import Claimer
+from acta_sqla.worker.inflight import Entry, Permits, Registry
+
+from .fakes import FakeClock, FakeStore, job, until
+
+TIMINGS = Timings.from_heartbeat(45.0)
+
+
+def make(n: int = 8, clock: FakeClock | None = None, safety_poll: float = 1.0):  # type: ignore[no-untyped-def]
+    store = FakeStore()
+    registry = Registry()
+    permits = Permits(n)
+    claimed: asyncio.Queue[Entry | None] = asyncio.Queue(maxsize=n)
+    claimer = Claimer(store, registry, permits, claimed, TIMINGS, safety_poll, clock or FakeClock())
+    return store, registry, permits, claimed, claimer
+
+
+async def test_permits_wait_for_one_then_take_every_free_one() -> None:
+    permits = Permits(4)
+    assert await permits.take_all() == 4
+    waiter = asyncio.ensure_future(permits.take_all())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    permits.release(1)
+    permits.release(2)
+    assert await waiter == 3
+    permits.close()
+    assert await permits.take_all() == 0
+
+
+async def test_claim_asks_for_every_free_permit_and_returns_unused_ones() -> None:
+    store, registry, permits, claimed, claimer = make(8)
+    store.to_claim = [[job(1), job(2), job(3)]]
+    task = asyncio.create_task(claimer.run_once())
+    await until(lambda: claimed.qsize() == 3)
+    assert store.claim_asks == [8]
+    # Five permits were not used: they are back before the executors take anything.
+    assert permits.free == 5
+    assert len(registry) == 3
+    # The claimer waits until the executors have taken every claimed row.
+    assert not task.done()
+    for _ in range(3):
+        claimed.get_nowait()
+        claimed.task_done()
+    assert await task == 3
+
+
+async def test_next_claim_collects_the_permits_executors_freed() -> None:
+    store, _registry, permits, claimed, claimer = make(8)
+    store.to_claim = [[job(i) for i in range(1, 9)], [job(i) for i in range(9, 17)]]
+    first = asyncio.create_task(claimer.run_once())
+    await until(lambda: claimed.qsize() == 8)
+    for _ in range(8):
+        claimed.get_nowait()
+        claimed.task_done()
+    assert await first == 8
+    # Executors finish one after another; the claimer asks only once a permit is free,
+    # and then for all of those free at that moment.
+    second = asyncio.create_task(claimer.run_once())
+    await asyncio.sleep(0.01)
+    assert store.claim_asks == [8]
+    permits.release(5)
+    await until(lambda: len(store.claim_asks) == 2)
+    assert store.claim_asks == [8, 5]
+    while not claimed.empty():
+        claimed.get_nowait()
+        claimed.task_done()
+    await second
+
+
+async def test_empty_claim_sleeps_until_next_due_within_floor_and_poll() -> None:
+    clock = FakeClock()
+    store, _r, permits, _c, claimer = make(4, clock)
+    store.next_due = 0.3
+    assert await claimer.run_once() == 0
+    assert permits.free == 4
+    assert 0.3 <= clock.waits[-1] <= 0.4  # due time plus at most 100 ms of jitter
+    store.next_due = 0.001
+    await claimer.run_once()
+    assert 0.05 <= clock.waits[-1] <= 0.15  # the 50 ms floor
+    store.next_due = None
+    await claimer.run_once()
+    assert clock.waits[-1] == 1.0  # nothing waiting: the safety poll
+    store.next_due = 30.0
+    await claimer.run_once()
+    assert clock.waits[-1] == 1.0  # never longer than the safety poll
+
+
+async def test_wake_ends_the_idle_sleep() -> None:
+    store, _r, _p, claimed, claimer = make(4, clock=None, safety_poll=30.0)
+    claimer.clock = __import__("acta_sqla.worker.clock", fromlist=["Clock"]).Clock()
+    claimer.start()
+    await until(lambda: len(store.claim_asks) == 1)
+    store.to_claim = [[job(1)]]
+    claimer.wake()
+    # Without the wake the next claim would come 30 s later.
+    await until(lambda: claimed.qsize() == 1, timeout=5)
+    claimed.get_nowait()
+    claimed.task_done()
+    await claimer.stop()
+
+
+async def test_failed_claim_backs_off_a_full_second_and_returns_permits() -> None:
+    clock = FakeClock()
+    store, _r, permits, _c, claimer = make(8, clock)
+    store.claim_errors = [ConnectionError("boom")]
+    claimer.wake()  # a pending wake-up must not shorten the back-off
+    assert await claimer.run_once() == 0
+    assert permits.free == 8
+    assert clock.waits == [1.0]
+
+
+async def test_claimed_entries_carry_the_attempt_deadline_from_the_claim_start() -> None:
+    clock = FakeClock(start=500.0)
+    store, registry, _p, claimed, claimer = make(2, clock)
+    store.to_claim = [[job(7)]]
+    task = asyncio.create_task(claimer.run_once())
+    await until(lambda: claimed.qsize() == 1)
+    entry = claimed.get_nowait()
+    claimed.task_done()
+    await task
+    assert entry is not None
+    assert entry.deadline == 500.0 + TIMINGS.attempt_deadline
+    assert registry.get(entry.key) is entry

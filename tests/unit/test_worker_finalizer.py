@@ -1,0 +1,169 @@
+"""The finalizer against a fake store: batch rules, the 50 ms window, write repeats."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import asyncpg
+import pytest
+from loguru import logger
+
+from acta_sqla.settings import BATCH_MAX_BYTES
+from acta_sqla.values import Completion, Outcome
+from acta_sqla.worker.clock import Clock
+from acta_sqla.worker.finalizer import STOP, Finalizer, repeat_delay
+from acta_sqla.worker.inflight import Registry
+
+from .fakes import FakeClock, FakeStore, job, until
+
+
+def done(i: int, result: str | None = None) -> Completion:
+    return Completion(
+        job_id=i,
+        execution_id=1000 + i,
+        outcome=Outcome.SUCCEEDED,
+        status="succeeded",
+        attempt=1,
+        result_json=result,
+    )
+
+
+def make(
+    clock: object | None = None,
+) -> tuple[FakeStore, asyncio.Queue[Completion | None], Finalizer, Registry]:
+    store = FakeStore()
+    registry = Registry()
+    queue: asyncio.Queue[Completion | None] = asyncio.Queue(maxsize=1000)
+    fin = Finalizer(store, registry, queue, clock or Clock(), rng=random.Random(7))  # type: ignore[arg-type]
+    return store, queue, fin, registry
+
+
+async def test_a_lone_completion_never_waits() -> None:
+    store, queue, fin, _ = make()
+    queue.put_nowait(done(1))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    batch = await fin.next_batch()
+    assert [c.job_id for c in batch] == [1]
+    # No backlog at the first read: returned without opening the 50 ms window.
+    assert loop.time() - started < 0.04
+
+
+async def test_a_backlog_opens_the_window_and_fills_the_batch() -> None:
+    store, queue, fin, _ = make()
+    for i in range(1, 4):
+        queue.put_nowait(done(i))
+
+    async def late() -> None:
+        await asyncio.sleep(0.01)
+        queue.put_nowait(done(4))
+
+    feeder = asyncio.create_task(late())
+    batch = await fin.next_batch()
+    await feeder
+    # Three were waiting; the fourth arrived inside the window and joined the batch.
+    assert [c.job_id for c in batch] == [1, 2, 3, 4]
+
+
+async def test_batches_hold_at_most_128_completions() -> None:
+    store, queue, fin, _ = make()
+    for i in range(200):
+        queue.put_nowait(done(i))
+    first = await fin.next_batch()
+    second = await fin.next_batch()
+    assert len(first) == 128 and len(second) == 72
+    assert [c.job_id for c in first + second] == list(range(200))
+
+
+async def test_batches_hold_at_most_4_mib_and_a_larger_result_goes_alone() -> None:
+    store, queue, fin, _ = make()
+    third = "x" * (BATCH_MAX_BYTES // 3)
+    huge = "y" * (BATCH_MAX_BYTES + 1)
+    for i in range(4):
+        queue.put_nowait(done(i, third))
+    queue.put_nowait(done(9, huge))
+    queue.put_nowait(done(10))
+    sizes = [len(await fin.next_batch()) for _ in range(4)]
+    # 3 thirds fit; the 4th carries over, the huge one is written alone.
+    assert sizes == [3, 1, 1, 1]
+
+
+async def test_stop_flushes_what_is_queued_then_returns() -> None:
+    store, queue, fin, registry = make()
+    for i in range(5):
+        registry.add(job(i), 1e9)
+        queue.put_nowait(done(i))
+    queue.put_nowait(STOP)
+    await asyncio.wait_for(fin.run(), 5)
+    assert [c.job_id for b in store.batches for c in b] == [0, 1, 2, 3, 4]
+    assert len(registry) == 0
+
+
+async def test_failed_writes_repeat_with_backoff_and_warn_three_times_then_error() -> None:
+    clock = FakeClock()
+    store, queue, fin, registry = make(clock)
+    registry.add(job(1), 1e9)
+    store.write_errors = [ConnectionError(f"down {i}") for i in range(5)]
+    levels: list[str] = []
+    sink = logger.add(lambda m: levels.append(m.record["level"].name), level="WARNING")
+    logger.enable("acta_sqla")
+    try:
+        applied = await fin.write([done(1)])
+    finally:
+        logger.remove(sink)
+        logger.disable("acta_sqla")
+    assert applied == {1}
+    assert len(store.batches) == 1
+    assert levels == ["WARNING"] * 3 + ["ERROR"] * 2
+    bases = [1, 2, 4, 8, 16]
+    for slept, base in zip(clock.sleeps, bases, strict=True):
+        assert base * 0.75 <= slept <= base * 1.25
+    assert len(registry) == 0  # removed only once the write landed
+
+
+def test_repeat_delay_caps_at_30_seconds() -> None:
+    rng = random.Random(1)
+    for tries in range(6, 20):
+        assert 22.5 <= repeat_delay(tries, rng) <= 37.5
+
+
+async def test_lease_lost_completions_are_dropped_from_the_registry_all_the_same() -> None:
+    store, queue, fin, registry = make()
+    registry.add(job(1), 1e9)
+    registry.add(job(2), 1e9)
+    store.lease_lost = {2}
+    applied = await fin.write([done(1), done(2)])
+    assert applied == {1}
+    assert len(registry) == 0
+
+
+async def test_a_completion_the_database_refuses_does_not_block_the_others() -> None:
+    store, queue, fin, registry = make()
+
+    class Refusing(FakeStore):
+        async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
+            if any(c.result_json == "poison" for c in batch):
+                raise asyncpg.exceptions.UntranslatableCharacterError("unsupported escape")
+            return await super().complete_executions(batch)
+
+    fin.store = refusing = Refusing()
+    applied = await fin.write([done(1), done(2, "poison"), done(3)])
+    assert applied == {1, 2, 3}
+    written = {c.job_id: c for b in refusing.batches for c in b}
+    assert written[2].status == "failed"
+    assert written[2].error_type == "acta.CompletionRefused"
+    assert written[1].status == written[3].status == "succeeded"
+
+
+@pytest.mark.parametrize("backlog", [0, 5])
+async def test_the_run_loop_writes_every_completion_once(backlog: int) -> None:
+    store, queue, fin, _ = make()
+    task = asyncio.create_task(fin.run())
+    for i in range(backlog + 1):
+        queue.put_nowait(done(i))
+    await until(lambda: sum(len(b) for b in store.batches) == backlog + 1)
+    queue.put_nowait(STOP)
+    await asyncio.wait_for(task, 5)
+    ids = [c.job_id for b in store.batches for c in b]
+    assert sorted(ids) == list(range(backlog + 1))
