@@ -75,7 +75,7 @@ async def test_claim_takes_due_rows_in_priority_run_at_id_order(
     )
     [other_ns] = await insert(conn, namespace="elsewhere")
     claimed = await store.claim_jobs(10)
-    assert [j.id for j in sorted(claimed, key=lambda j: (j.priority, j.id))][0] == urgent
+    assert next(j.id for j in sorted(claimed, key=lambda j: (j.priority, j.id))) == urgent
     assert {j.id for j in claimed} == {urgent, early, late}
     assert future not in {j.id for j in claimed} and other_ns not in {j.id for j in claimed}
     # Order within one claim: ask for one at a time.
@@ -275,7 +275,7 @@ async def test_recovery_returns_expired_rows_charging_only_started_attempts(
     )
     # A second loss of the same job before it is known to start is charged: a job that
     # kills its worker at once still ends after its budget.
-    [again] = [j for j in await store.claim_jobs(3) if j.id == unstarted.id]
+    again = next(j for j in await store.claim_jobs(3) if j.id == unstarted.id)
     await conn.execute(
         "UPDATE acta.job SET lease_expires_at = now() - interval '1 second' WHERE id = $1", again.id
     )
@@ -292,8 +292,8 @@ async def test_recovery_marks_silent_workers_dead_and_frees_their_locks(
             other.worker_id,
         )
         await conn.execute(
-            "INSERT INTO acta.lock (namespace, name, job_id, execution_id, worker_id, lease_expires_at) "
-            "VALUES ('default', 'l', 1, 1, $1, now() + interval '1 hour')",
+            "INSERT INTO acta.lock (namespace, name, job_id, execution_id, worker_id, "
+            "lease_expires_at) VALUES ('default', 'l', 1, 1, $1, now() + interval '1 hour')",
             other.worker_id,
         )
         assert await store.mark_dead_workers() == [other.worker_id]

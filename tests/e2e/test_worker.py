@@ -10,7 +10,7 @@ from .conftest import read_runs, wait_for
 
 def enqueue(sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:  # type: ignore[no-untyped-def]
     extra_names = "".join(f", {k}" for k in cols)
-    extra_values = "".join(f", %s" for _ in cols)
+    extra_values = "".join(", %s" for _ in cols)
     rows = sql(
         f"INSERT INTO acta.job (namespace, kind, args{extra_names}) "
         f"SELECT 'e2e', %s, %s::jsonb{extra_values} FROM generate_series(1, %s) RETURNING id",
