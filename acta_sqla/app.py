@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -266,10 +266,44 @@ class Acta:
             self._check_kind(job)
         return await session.run_sync(lambda s: _enqueue_many(s, jobs))
 
+    async def cancel(self, session: AsyncSession, job_id: int) -> CancelOutcome:
+        """Cancel a job in the session's transaction: a ready or waiting job ends
+        ``cancelled`` at once ("cancelled"); an executing one is asked to stop, and its
+        worker's next heartbeat cancels the handler ("requested"). "finished" means it had
+        already ended, "missing" that no such job exists."""
+        return await session.run_sync(lambda s: _cancel(s, job_id))
+
+    def cancel_sync(self, session: Session, job_id: int) -> CancelOutcome:
+        return _cancel(session, job_id)
+
+    async def retry(self, session: AsyncSession, job_id: int) -> bool:
+        """Send a finished job (succeeded, failed or cancelled) back to ``ready`` now with a
+        fresh failure budget; False when the job is not finished (or does not exist)."""
+        return await session.run_sync(lambda s: _retry(s, job_id))
+
     def enqueue_many_sync(self, session: Session, jobs: Sequence[Job]) -> list[EnqueueResult]:
         for job in jobs:
             self._check_kind(job)
         return _enqueue_many(session, jobs)
+
+
+CancelOutcome = Literal["cancelled", "requested", "finished", "missing"]
+
+
+def _cancel(session: Session, job_id: int) -> CancelOutcome:
+    from . import queries
+
+    if session.execute(queries.cancel_waiting(job_id)).first() is not None:
+        return "cancelled"
+    if session.execute(queries.request_cancel(job_id)).first() is not None:
+        return "requested"
+    return "finished" if session.execute(queries.job_status(job_id)).first() else "missing"
+
+
+def _retry(session: Session, job_id: int) -> bool:
+    from . import queries
+
+    return session.execute(queries.retry_job(job_id)).first() is not None
 
 
 def _enqueue(session: Session, job: Job) -> Job:

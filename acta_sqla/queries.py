@@ -29,11 +29,12 @@ from sqlalchemy import (
     func,
     select,
     text,
+    update,
 )
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import attributes
 
-from .models import ACTIVE_STATUSES, Job
+from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
 
 _ACTIVE = [s.value for s in ACTIVE_STATUSES]
 _UNIQUE_WHERE = text("unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting')")
@@ -178,6 +179,48 @@ def unique_holders_params(pairs: Sequence[tuple[str, str]]) -> dict[str, list[st
     return {"namespaces": [p[0] for p in pairs], "keys": [p[1] for p in pairs]}
 
 
+def cancel_waiting(job_id: int) -> Any:
+    """A ready or waiting job ends 'cancelled' at once."""
+    return (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_((JobStatus.READY, JobStatus.WAITING)))
+        .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=func.now())
+        .returning(Job.id)
+    )
+
+
+def request_cancel(job_id: int) -> Any:
+    """An executing job is asked to stop: its worker's next heartbeat cancels the handler."""
+    return (
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.EXECUTING)
+        .values(cancel_requested=True)
+        .returning(Job.id)
+    )
+
+
+def job_status(job_id: int) -> Any:
+    return select(Job.status).where(Job.id == job_id)
+
+
+def retry_job(job_id: int) -> Any:
+    """An operator's retry: a finished job goes back to 'ready' now with a fresh budget.
+    The only way out of a terminal state."""
+    return (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(TERMINAL_STATUSES))
+        .values(
+            status=JobStatus.READY,
+            run_at=func.now(),
+            attempts=0,
+            finished_at=None,
+            cancel_requested=False,
+            result=None,
+        )
+        .returning(Job.id)
+    )
+
+
 # ---------------------------------------------------------------------------- worker
 
 _TERMINAL_SQL = "('succeeded', 'failed', 'cancelled')"
@@ -236,7 +279,9 @@ class WorkerSQL:
             ),
             done AS (
                 UPDATE {s}.job AS j SET
-                    status = c.status,
+                    -- An operator's cancel wins over a retry: the job ends 'cancelled'.
+                    status = CASE WHEN j.cancel_requested AND c.status = 'ready'
+                                  THEN 'cancelled' ELSE c.status END,
                     attempts = j.attempts + c.charge,
                     run_at = CASE WHEN c.status = 'ready'
                                   THEN now() + make_interval(secs => c.delay)
@@ -246,7 +291,8 @@ class WorkerSQL:
                     last_error = CASE WHEN c.error_type IS NULL THEN j.last_error
                                       ELSE jsonb_build_object('type', c.error_type,
                                                               'message', c.error_message) END,
-                    finished_at = CASE WHEN c.status IN {_TERMINAL_SQL} THEN now() END,
+                    finished_at = CASE WHEN c.status IN {_TERMINAL_SQL} OR j.cancel_requested
+                                       THEN now() END,
                     worker_id = NULL,
                     lease_expires_at = NULL
                 FROM c
@@ -375,7 +421,8 @@ class WorkerSQL:
             ),
             recovered AS (
                 UPDATE {s}.job AS j SET
-                    status = CASE WHEN e.charged AND e.attempts >= e.budget THEN 'failed'
+                    status = CASE WHEN j.cancel_requested THEN 'cancelled'
+                                  WHEN e.charged AND e.attempts >= e.budget THEN 'failed'
                                   ELSE 'ready' END,
                     attempts = CASE WHEN e.charged THEN j.attempts ELSE j.attempts - 1 END,
                     run_at = now(),
@@ -388,7 +435,8 @@ class WorkerSQL:
                             ELSE 'the worker running this attempt stopped renewing its lease '
                                  '(crashed or stalled)' END)
                         ELSE j.last_error END,
-                    finished_at = CASE WHEN e.charged AND e.attempts >= e.budget
+                    finished_at = CASE WHEN j.cancel_requested
+                                         OR (e.charged AND e.attempts >= e.budget)
                                        THEN now() END,
                     worker_id = NULL,
                     lease_expires_at = NULL

@@ -15,6 +15,7 @@ import asyncpg
 from loguru import logger
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, ExceptionContext, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .errors import ActaError, ConfigurationError, DuplicateJob
 from .queries import WorkerSQL
@@ -459,3 +460,16 @@ class Listener:
             log.bind(event="listen_lost").warning("LISTEN connection lost; reconnecting")
             conn.terminate()
             self._conn = None
+
+
+def engine_options(schema: str) -> dict[str, Any]:
+    """Execution options that point acta's models at ``schema`` (ACTA_SCHEMA) when it is
+    not the default ``acta``: ``create_async_engine(url, execution_options=...)``."""
+    from .models import SCHEMA
+
+    return {} if schema == SCHEMA else {"schema_translate_map": {SCHEMA: schema}}
+
+
+def create_engine(url: str, schema: str) -> AsyncEngine:
+    """An async engine (asyncpg) for acta's own commands."""
+    return create_async_engine(async_url(url), execution_options=engine_options(schema))

@@ -16,6 +16,7 @@ from loguru import logger
 from ..app import Acta
 from ..errors import ConfigurationError
 from ..settings import DEFAULT_GRACE_SECONDS, load_settings
+from ._common import run_cli
 
 
 def load_app(spec: str | None) -> Acta:
@@ -91,6 +92,7 @@ async def run_worker(
             loop.remove_signal_handler(sig)
 
 
+@run_cli
 def worker(
     app: Annotated[
         str | None,
@@ -111,17 +113,13 @@ def worker(
     ] = False,
 ) -> None:
     """Run jobs until SIGTERM/SIGINT (the second signal cancels running handlers)."""
-    try:
-        acta = load_app(app)
-        if executors is not None and not 1 <= executors <= 1024:
-            raise ConfigurationError(f"--executors {executors}: must be between 1 and 1024")
-        if grace < 0:
-            raise ConfigurationError(f"--grace {grace:g}: must be >= 0 seconds")
-        runner = _runner()
-        runner(run_worker(acta, executors=executors, namespace=namespace, grace=grace, burst=burst))
-    except ConfigurationError as exc:
-        typer.echo(f"acta worker: {exc}", err=True)
-        raise typer.Exit(2) from None
+    acta = load_app(app)
+    if executors is not None and not 1 <= executors <= 1024:
+        raise ConfigurationError(f"--executors {executors}: must be between 1 and 1024")
+    if grace < 0:
+        raise ConfigurationError(f"--grace {grace:g}: must be >= 0 seconds")
+    runner = _runner()
+    runner(run_worker(acta, executors=executors, namespace=namespace, grace=grace, burst=burst))
     _exit_past_stuck_threads()
 
 

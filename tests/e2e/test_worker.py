@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 from collections import Counter
 
-from .conftest import read_runs, wait_for
+from .conftest import acta_command, read_runs, wait_for
 
 
 def enqueue(sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:  # type: ignore[no-untyped-def]
@@ -119,3 +121,48 @@ def test_the_grace_period_ends_in_a_cancel(sql, start_worker, oracle_log) -> Non
     w.signal(signal.SIGTERM)
     assert w.wait(timeout=30) == 0
     assert sql("SELECT status, attempts FROM acta.job WHERE id = %s", job_id) == [("ready", 0)]
+
+
+def run_acta(db: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ACTA_DATABASE_URL=db, ACTA_NAMESPACE="e2e")
+    return subprocess.run(
+        [*acta_command(), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cancel_stops_an_executing_job_within_a_heartbeat(
+    db, sql, start_worker, oracle_log
+) -> None:  # type: ignore[no-untyped-def]
+    [job_id] = enqueue(sql, "sleepy", 1, '{"seconds": 60}')
+    [waiting] = enqueue(sql, "work", 1, run_at="2999-01-01T00:00:00Z")
+    w = start_worker(env={"ACTA_HEARTBEAT_INTERVAL": "0.5"})
+    wait_for(lambda: read_runs(oracle_log), what="the handler to start")
+    done = run_acta(db, "jobs", "cancel", str(job_id))
+    assert done.returncode == 0, done.stderr
+    assert "cancel requested" in done.stdout
+    wait_for(
+        lambda: sql("SELECT status FROM acta.job WHERE id = %s", job_id) == [("cancelled",)],
+        timeout=10,
+        what="the heartbeat to cancel the handler",
+    )
+    # A ready (not yet due) job is cancelled at once.
+    assert "cancelled" in run_acta(db, "jobs", "cancel", str(waiting)).stdout
+    assert sql("SELECT status FROM acta.job WHERE id = %s", waiting) == [("cancelled",)]
+    again = run_acta(db, "jobs", "cancel", str(waiting))
+    assert again.returncode == 1 and "already finished" in again.stderr
+    # An operator's retry is the one way back out of a terminal state.
+    retried = run_acta(db, "jobs", "retry", str(job_id))
+    assert retried.returncode == 0, retried.stderr
+    wait_for(
+        lambda: sql("SELECT status FROM acta.job WHERE id = %s", job_id) == [("executing",)],
+        what="the retried job to run again",
+    )
+    w.signal(signal.SIGTERM)
+    # Two identical signals sent back to back may merge into one: wait for the first.
+    wait_for(lambda: "stopping" in w.output(), what="the first signal to be seen")
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+    shown = run_acta(db, "jobs", "show", str(job_id))
+    assert "cancelled" in shown.stdout and "sleepy" in shown.stdout
+    status = run_acta(db, "status")
+    assert status.returncode == 0 and "sleepy" in status.stdout

@@ -1,0 +1,198 @@
+"""``acta jobs`` and ``acta status``: look at the queue and act on single jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ..app import Acta
+from ..models import Execution, Job, JobStatus, Worker
+from ..store import create_engine
+from ._common import fail, run_cli
+from .db import DatabaseUrl, _database
+
+T = TypeVar("T")
+
+app = typer.Typer(name="jobs", no_args_is_help=True, help="List, show, cancel and retry jobs.")
+
+Namespace = Annotated[
+    str | None, typer.Option(help="Namespace (default: ACTA_NAMESPACE, else 'default').")
+]
+
+
+def _run(database_url: str | None, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    with _database(database_url, None) as (settings, url, _where):
+
+        async def go() -> T:
+            engine = create_engine(url, settings.db_schema)
+            try:
+                async with AsyncSession(engine, expire_on_commit=False) as session:
+                    result = await work(session)
+                    await session.commit()
+                    return result
+            finally:
+                await engine.dispose()
+
+        return asyncio.run(go())
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+@app.command("ls")
+@run_cli
+def ls(
+    status: Annotated[JobStatus | None, typer.Option(help="Only jobs with this status.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    namespace: Namespace = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """List jobs, newest first."""
+
+    async def work(session: AsyncSession) -> list[Job]:
+        q = select(Job).order_by(Job.id.desc()).limit(limit)
+        q = q.where(Job.namespace == (namespace or _namespace()))
+        if status is not None:
+            q = q.where(Job.status == status)
+        if kind is not None:
+            q = q.where(Job.kind == kind)
+        return list((await session.scalars(q)).all())
+
+    jobs = _run(database_url, work)
+    typer.echo(f"{'id':>8}  {'status':<10} {'kind':<24} {'attempts':>8}  {'run_at':<19}")
+    for j in jobs:
+        typer.echo(
+            f"{j.id:>8}  {j.status.value:<10} {j.kind[:24]:<24} {j.attempts:>8}  {_when(j.run_at)}"
+        )
+    if not jobs:
+        typer.echo("(no jobs)")
+
+
+@app.command()
+@run_cli
+def show(
+    job_id: Annotated[int, typer.Argument(help="The job's id.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show one job and the history of its attempts."""
+
+    async def work(session: AsyncSession) -> tuple[Job | None, list[Execution]]:
+        job = await session.get(Job, job_id)
+        history = await session.scalars(
+            select(Execution).where(Execution.job_id == job_id).order_by(Execution.id)
+        )
+        return job, list(history.all())
+
+    job, history = _run(database_url, work)
+    if job is None:
+        fail(f"no job with id {job_id}", command="acta jobs show")
+    for label, value in (
+        ("id", job.id),
+        ("namespace", job.namespace),
+        ("kind", job.kind),
+        ("status", job.status.value),
+        ("args", json.dumps(job.args)),
+        ("priority", job.priority),
+        ("run_at", _when(job.run_at)),
+        ("attempts", f"{job.attempts} of {job.max_attempts or 'the kind budget'}"),
+        ("result", json.dumps(job.result) if job.result is not None else "-"),
+        ("last_error", json.dumps(job.last_error) if job.last_error else "-"),
+        ("created_at", _when(job.created_at)),
+        ("finished_at", _when(job.finished_at)),
+    ):
+        typer.echo(f"{label:>12}: {value}")
+    typer.echo("attempts:" if history else "attempts: none recorded")
+    for e in history:
+        error = f"  {e.error_type}: {e.error_message}" if e.error_type else ""
+        typer.echo(f"  #{e.attempt} {e.outcome:<11} finished {_when(e.finished_at)}{error}")
+
+
+@app.command()
+@run_cli
+def cancel(
+    job_id: Annotated[int, typer.Argument(help="The job's id.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Cancel a job: at once if it is ready or waiting; an executing one is cancelled by its
+    worker's next heartbeat."""
+    outcome = _run(database_url, lambda s: Acta(allow_unknown_kinds=True).cancel(s, job_id))
+    messages = {
+        "cancelled": f"job {job_id} cancelled",
+        "requested": f"job {job_id} is executing: cancel requested (its worker stops it "
+        "within one heartbeat)",
+    }
+    if outcome in messages:
+        typer.echo(messages[outcome])
+    elif outcome == "finished":
+        fail(f"job {job_id} has already finished; nothing to cancel", command="acta jobs cancel")
+    else:
+        fail(f"no job with id {job_id}", command="acta jobs cancel")
+
+
+@app.command()
+@run_cli
+def retry(
+    job_id: Annotated[int, typer.Argument(help="The job's id.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Send a finished job back to ready now, with a fresh failure budget."""
+    if _run(database_url, lambda s: Acta(allow_unknown_kinds=True).retry(s, job_id)):
+        typer.echo(f"job {job_id} is ready again")
+    else:
+        fail(
+            f"job {job_id} is not finished (or does not exist): only succeeded, failed or "
+            "cancelled jobs can be retried",
+            command="acta jobs retry",
+        )
+
+
+def _namespace() -> str:
+    from ._common import load_cli_settings
+
+    return load_cli_settings().namespace
+
+
+@run_cli
+def status(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
+    """Queue depth by status and kind, and the workers, of one namespace."""
+    ns = namespace or _namespace()
+
+    async def work(session: AsyncSession) -> tuple[list[Any], list[Worker]]:
+        depth = await session.execute(
+            select(Job.kind, Job.status, func.count())
+            .where(Job.namespace == ns)
+            .group_by(Job.kind, Job.status)
+            .order_by(Job.kind, Job.status)
+        )
+        workers = await session.scalars(
+            select(Worker).where(Worker.namespace == ns).order_by(Worker.id.desc()).limit(20)
+        )
+        return list(depth.all()), list(workers.all())
+
+    depth, workers = _run(database_url, work)
+    typer.echo(f"namespace {ns!r}")
+    statuses = [s.value for s in JobStatus]
+    typer.echo(f"  {'kind':<24}" + "".join(f"{s:>11}" for s in statuses))
+    table: dict[str, dict[str, int]] = {}
+    for kind, st, n in depth:
+        table.setdefault(kind, {})[st.value] = n
+    for kind, counts in table.items():
+        typer.echo(f"  {kind[:24]:<24}" + "".join(f"{counts.get(s, 0):>11}" for s in statuses))
+    if not table:
+        typer.echo("  (no jobs)")
+    typer.echo("workers:")
+    for w in workers:
+        typer.echo(
+            f"  #{w.id} {w.status.value:<8} {w.hostname}:{w.pid} executors={w.executors} "
+            f"last beat {_when(w.heartbeat_at)}"
+        )
+    if not workers:
+        typer.echo("  (none)")
