@@ -196,3 +196,19 @@ def status(namespace: Namespace = None, database_url: DatabaseUrl = None) -> Non
         )
     if not workers:
         typer.echo("  (none)")
+
+
+@run_cli
+def demo(
+    users: Annotated[int, typer.Option(min=1, max=100_000, help="Welcome mails to send.")] = 200,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show the whole system working: transactional enqueue, a worker, retries, failures."""
+    from ..demo import run_demo
+
+    with _database(database_url, None) as (settings, url, where):
+        from .. import migrate
+
+        migrate.upgrade(url, "head", settings.db_schema)
+        typer.echo(f"database: {where}")
+        asyncio.run(run_demo(settings, url, users))

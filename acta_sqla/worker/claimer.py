@@ -56,11 +56,27 @@ class Claimer:
         self.claimed_rows = 0
         self._on_claim = on_claim
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._rng = random.Random()
 
     def wake(self) -> None:
         """End an idle sleep now (a NOTIFY arrived, or this process made a row due)."""
         self.wake_event.set()
+
+    def wake_after(self, seconds: float) -> None:
+        """This process made a row due ``seconds`` from now (a retry): wake then, even if
+        the claimer's last look at the queue saw nothing waiting."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
+        if self._timer is not None and self._timer.when() <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self.wake()
 
     def start(self) -> None:
         if self._task is None:
@@ -71,6 +87,8 @@ class Claimer:
         self._stop.set()
         self.wake_event.set()
         self.permits.close()
+        if self._timer is not None:
+            self._timer.cancel()
         task, self._task = self._task, None
         if task is not None:
             # A claim in flight is allowed to finish, so its rows reach the registry (and

@@ -313,8 +313,13 @@ class Worker:
 
     def _on_written(self, batch: Any, applied: set[int], seconds: float) -> None:
         metrics.record_batch(self.namespace, batch, applied, seconds)
-        if any(c.status == "ready" and c.delay <= 0 and c.job_id in applied for c in batch):
-            self.claimer.wake()
+        delays = [c.delay for c in batch if c.status == "ready" and c.job_id in applied]
+        if delays:
+            soonest = min(delays)
+            if soonest <= 0:
+                self.claimer.wake()
+            elif soonest < self.settings.safety_poll_interval:
+                self.claimer.wake_after(soonest)
 
     def _on_definitions(self, version: int) -> None:
         if version != self.definitions_version:
