@@ -166,3 +166,11 @@ def test_cancel_stops_an_executing_job_within_a_heartbeat(
     assert "cancelled" in shown.stdout and "sleepy" in shown.stdout
     status = run_acta(db, "status")
     assert status.returncode == 0 and "sleepy" in status.stdout
+
+
+def test_acta_demo_runs_the_whole_system(db) -> None:  # type: ignore[no-untyped-def]
+    done = run_acta(db, "demo", "--users", "20")
+    assert done.returncode == 0, done.stderr
+    assert "the rolled-back one: absent" in done.stdout
+    assert "charge_card recovered after retries" in done.stdout
+    assert "import_feed used up its budget" in done.stdout
