@@ -48,6 +48,10 @@ class DatabaseUnavailable(ActaError):
     """The database could not be reached."""
 
 
+class WorkerCrashed(ActaError):
+    """A stage of the worker died of an internal error, and the worker stopped."""
+
+
 class HandlerError(ActaError):
     """Base of the exceptions a handler raises to steer its job's outcome."""
 

@@ -433,7 +433,7 @@ class Listener:
                 conn.add_termination_listener(self._terminated)
                 await conn.add_listener(self.channel, self._notified)
                 self._conn = conn
-            except _CONNECTION_ERRORS as exc:
+            except Exception as exc:
                 self.connected.clear()
                 log.bind(event="listen_failed").warning(
                     "cannot LISTEN, retrying in {:.1f}s: {}", delay, _brief(exc)
@@ -454,7 +454,7 @@ class Listener:
                     break
                 try:
                     await conn.execute("SELECT 1", timeout=5.0)
-                except _CONNECTION_ERRORS:
+                except Exception:
                     break
             self.connected.clear()
             log.bind(event="listen_lost").warning("LISTEN connection lost; reconnecting")

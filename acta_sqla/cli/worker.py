@@ -14,7 +14,7 @@ import typer
 from loguru import logger
 
 from ..app import Acta
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, WorkerCrashed
 from ..settings import DEFAULT_GRACE_SECONDS, load_settings
 from ._common import run_cli
 
@@ -90,6 +90,8 @@ async def run_worker(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+    if worker.crashed:
+        raise WorkerCrashed("the worker stopped after an internal error (see the log above)")
 
 
 @run_cli

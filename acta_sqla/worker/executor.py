@@ -186,7 +186,16 @@ class Executor:
             self.registry.remove(entry.key)
             self.permits.release(1)
             return
-        completion = await self._complete(entry)
+        try:
+            completion = await self._complete(entry)
+        except Exception as exc:
+            # A fault of acta's own (admission's database call, say), not the handler's:
+            # the attempt still ends in a completion, under the budget.
+            log.bind(event="executor_error", job_id=entry.job.id).exception(
+                "job {}: the executor failed around its handler", entry.job.id
+            )
+            policy = self.policies(entry.job.kind)
+            completion = failed(entry.job, policy, Outcome.FAILED, _error_fields(exc), None)
         entry.state = EntryState.FINALIZING
         await self.completed.put(completion)
         # Only now: a permit stands for a claim not yet handed to the finalizer, so a full

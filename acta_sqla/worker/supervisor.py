@@ -95,6 +95,7 @@ class Worker:
         self._tasks: list[asyncio.Task[Any]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._recovering = False
+        self.crashed = False
         self._pool = ThreadPoolExecutor(
             max_workers=self.executors_count, thread_name_prefix="acta-sync"
         )
@@ -194,6 +195,14 @@ class Worker:
         ]
         self.heartbeat.start()
         self.claimer.start()
+        for task in (
+            self._finalizer_task,
+            *self._executor_tasks,
+            self.heartbeat._task,
+            self.claimer._task,
+        ):
+            if task is not None:
+                task.add_done_callback(self._stage_ended)
         log.bind(event="worker_started", worker_id=self.worker_id).info(
             "worker {} started: namespace {!r}, {} executors, kinds {}",
             self.worker_id,
@@ -310,6 +319,21 @@ class Worker:
                 self.registry.fire(entry, Outcome.INTERRUPTED, now)
 
     # ------------------------------------------------------------------ callbacks
+
+    def _stage_ended(self, task: asyncio.Task[Any]) -> None:
+        # A stage that ends on its own while the worker runs is a bug in acta: stop the
+        # worker loudly (exit status 1) rather than live on as a zombie that holds leases
+        # and claims nothing. Its rows come back through recovery.
+        if task.cancelled() or self._stop_requested.is_set():
+            return
+        exc = task.exception()
+        log.bind(event="stage_died").opt(exception=exc).critical(
+            "{} ended unexpectedly ({}); stopping the worker",
+            task.get_name(),
+            exc or "returned",
+        )
+        self.crashed = True
+        self.force()
 
     def _on_written(self, batch: Any, applied: set[int], seconds: float) -> None:
         metrics.record_batch(self.namespace, batch, applied, seconds)
