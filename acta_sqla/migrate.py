@@ -15,10 +15,14 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from .errors import ConfigurationError
 from .models import SCHEMA, Base
 from .settings import ActaSettings, load_settings
 
 VERSION_TABLE = "alembic_version"
+HEAD = "0001"
+"""The newest revision in alembic/versions (a test checks it against Alembic's own view).
+Kept as a constant so that a worker can check the schema without loading Alembic."""
 _target_schema: str = SCHEMA
 
 
@@ -63,10 +67,38 @@ def downgrade(url: str | None = None, revision: str = "-1", schema: str | None =
 
 
 def upgrade_connection(connection: Connection, schema: str | None = None) -> None:
-    """Bring acta's schema to head on an open (sync) connection, e.g. inside your env.py."""
-    from alembic import command
+    """Bring acta's schema to head on an open (sync) connection, e.g. inside your env.py.
 
-    command.upgrade(alembic_config(schema=schema, connection=connection), "head")
+    Runs before or after your own migrations. When ``connection`` has no transaction open,
+    acta's migrations are committed here; inside your transaction they commit with it.
+    """
+    from alembic import command
+    from alembic import context as alembic_context
+    from alembic import op as alembic_op
+
+    # Alembic's `context` and `op` are module-level proxies that a command installs on entry
+    # and deletes on exit. Run inside an application's env.py, acta's nested command would
+    # delete the application's proxies, and its env.py would then fail (KeyError /
+    # AttributeError on `context.configure`). Put them back.
+    outer = [
+        proxy
+        for proxy in (getattr(alembic_context, "_proxy", None), getattr(alembic_op, "_proxy", None))
+        if proxy is not None
+    ]
+    began = not connection.in_transaction()
+    try:
+        command.upgrade(alembic_config(schema=schema, connection=connection), "head")
+    except BaseException:
+        if began and connection.in_transaction():
+            connection.rollback()
+        raise
+    finally:
+        for proxy in outer:
+            proxy._install_proxy()
+    # Acta's env found no transaction of the caller's to join and ran in one it began
+    # implicitly; without this commit, closing the connection would roll acta's tables back.
+    if began and connection.in_transaction():
+        connection.commit()
 
 
 def current(url: str | None = None, schema: str | None = None) -> str | None:
@@ -109,6 +141,32 @@ def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     if type_ == "schema":
         return name == SCHEMA
     return True
+
+
+def exclude_acta_schema(name: str | None, type_: str, parent_names: Any) -> bool:
+    """An ``include_name`` hook for an application's own Alembic env.py.
+
+    An application whose autogenerate runs with ``include_schemas=True`` would otherwise
+    see acta's tables as tables it does not model and propose to drop them::
+
+        context.configure(..., include_schemas=True, include_name=exclude_acta_schema)
+
+    Skips the schema ``acta`` and the one ``ACTA_SCHEMA`` names; everything else is kept.
+    (With the default ``include_schemas=False`` autogenerate never looks at acta's schema
+    and no filter is needed.)
+    """
+    if type_ == "schema":
+        return name not in _acta_schemas()
+    return True
+
+
+def _acta_schemas() -> set[str]:
+    try:
+        configured = load_settings().db_schema
+    except ConfigurationError:
+        # A bad ACTA_* value elsewhere must not break the application's own autogenerate.
+        configured = SCHEMA
+    return {SCHEMA, configured}
 
 
 def _configure_and_run(context: Any, connection: Connection, schema: str) -> None:

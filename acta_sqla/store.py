@@ -365,12 +365,12 @@ class WorkerStore:
 
     async def check_schema(self) -> None:
         """Fail with what to do when acta's tables are missing or behind this code."""
-        from .migrate import VERSION_TABLE, heads
+        from .migrate import HEAD, VERSION_TABLE
 
         rows = await self.admin_conn.fetch(
             "SELECT to_regclass($1)::text", f"{self.sql.schema}.{VERSION_TABLE}"
         )
-        head = heads()[0]
+        head = HEAD
         current = None
         if rows and rows[0][0] is not None:
             found = await self.admin_conn.fetch(

@@ -25,6 +25,8 @@ class DrainResult:
     """Rows the drain claimed (a job retried within the drain counts each time)."""
     batches: int
     """complete_executions calls made."""
+    crashed: bool
+    """True if a stage of the worker died of an internal error (a bug in acta)."""
 
 
 async def drain(
@@ -45,7 +47,11 @@ async def drain(
         await _make_due(settings, acta.namespace)
     worker = Worker(acta, settings, burst=True, grace=0)
     await worker.run()
-    return DrainResult(claimed=worker.claimer.claimed_rows, batches=worker.finalizer.batches)
+    return DrainResult(
+        claimed=worker.claimer.claimed_rows,
+        batches=worker.finalizer.batches,
+        crashed=worker.crashed,
+    )
 
 
 async def _make_due(settings: ActaSettings, namespace: str) -> None:

@@ -253,6 +253,8 @@ class Worker:
     async def shutdown(self) -> None:
         if self.stopped.is_set():
             return
+        # From here on, stages ending is the plan, not a crash.
+        self._stop_requested.set()
         await self.claimer.stop()
         handed = self._hand_back_unstarted()
         await self._wait_executing(self.grace)

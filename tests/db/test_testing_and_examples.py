@@ -34,6 +34,7 @@ async def test_drain_runs_every_due_job_in_process(db: str, async_session: Async
     async_session.add(later)
     await async_session.commit()
     result = await drain(app, database_url=db)
+    assert not result.crashed
     # n=13 failed once and, with no backoff, was retried within the same drain.
     assert sorted(seen) == sorted([*range(20), 13])
     assert result.claimed == 21 and result.batches >= 1
