@@ -20,6 +20,7 @@ from .models import JobStatus as JobStatus
 from .models import Worker as Worker
 from .policy import Policy as Policy
 from .settings import ActaSettings as ActaSettings
+from .store import engine_options as engine_options
 from .store import install_error_translation as _install_error_translation
 
 __version__ = "0.1.0"
@@ -46,6 +47,7 @@ __all__ = [
     "UnknownJobKind",
     "Worker",
     "__version__",
+    "engine_options",
 ]
 
 _install_error_translation()

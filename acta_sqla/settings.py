@@ -193,5 +193,6 @@ def describe_validation_error(exc: ValidationError) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "value"
         env = loc.upper() if loc.upper().startswith("ACTA_") else f"ACTA_{loc.upper()}"
         env = "ACTA_SCHEMA" if env == "ACTA_DB_SCHEMA" else env
-        parts.append(f"{env}={err.get('input')!r}: {err['msg']}")
+        message = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{env}={err.get('input')!r}: {message}")
     return "invalid setting " + "; ".join(parts)

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import typer
 
+from ._common import configure_logging
+from .db import app as db_app
+from .jobs import app as jobs_app
+from .jobs import demo as _demo
+from .jobs import status as _status
+
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
@@ -14,7 +20,12 @@ app = typer.Typer(
 from .worker import worker as _worker  # noqa: E402
 
 app.command()(_worker)
+app.add_typer(db_app, name="db")
+app.add_typer(jobs_app, name="jobs")
+app.command("status")(_status)
+app.command("demo")(_demo)
 
 
 def main() -> None:
-    app()
+    configure_logging()
+    app(prog_name="acta")

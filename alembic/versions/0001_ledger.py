@@ -60,11 +60,8 @@ def upgrade() -> None:
         sa.Column("error_type", sa.Text(), nullable=True),
         sa.Column("error_message", sa.Text(), nullable=True),
         sa.Column("traceback", sa.Text(), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("execution_pkey")),
+        sa.PrimaryKeyConstraint("job_id", "id", name=op.f("execution_pkey")),
         schema=schema,
-    )
-    op.create_index(
-        op.f("execution_job_id_idx"), "execution", ["job_id"], unique=False, schema=schema
     )
     op.create_table(
         "job",
@@ -393,7 +390,6 @@ def downgrade() -> None:
         postgresql_where=sa.text("status = 'ready'"),
     )
     op.drop_table("job", schema=schema)
-    op.drop_index(op.f("execution_job_id_idx"), table_name="execution", schema=schema)
     op.drop_table("execution", schema=schema)
     op.drop_table("concurrency_slot", schema=schema)
     # ### end Alembic commands ###

@@ -31,9 +31,14 @@ def statuses(sql) -> Counter[str]:  # type: ignore[no-untyped-def]
 def test_two_workers_run_2000_jobs_each_succeeding_exactly_once(
     sql, start_worker, oracle_log
 ) -> None:  # type: ignore[no-untyped-def]
-    ids = enqueue(sql, "work", 2000, '{"n": 7}')
     a = start_worker()
     b = start_worker()
+    # Both must be up before the jobs arrive, or the first could drain them alone.
+    wait_for(
+        lambda: sql("SELECT count(*) FROM acta.worker WHERE status = 'running'") == [(2,)],
+        what="both workers to register",
+    )
+    ids = enqueue(sql, "work", 2000, '{"n": 7}')
     wait_for(lambda: statuses(sql)["succeeded"] == 2000, timeout=120, what="2000 successes")
     for w in (a, b):
         w.signal(signal.SIGTERM)

@@ -1,0 +1,5 @@
+"""``python -m acta_sqla.cli``: the ``acta`` command without its console script."""
+
+from . import main
+
+main()

@@ -1,0 +1,170 @@
+"""Shared by the ``acta`` sub-commands: settings, logging, and errors as one line.
+
+A user's mistake (a bad setting, a bad URL, a database that is down, an unknown revision)
+is reported as ``acta <command>: <what went wrong>`` on stderr with a non-zero exit status,
+never as a traceback. A bug in acta still shows its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import asyncpg
+import typer
+from loguru import logger
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+
+from ..errors import ActaError, ConfigurationError
+from ..settings import ActaSettings, load_settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EXIT_FAILURE = 1
+"""The command could not do its work (database unreachable, migration refused, …)."""
+EXIT_CONFIGURATION = 2
+"""A setting or option has a value acta cannot use (as Click's usage errors)."""
+EXIT_INTERRUPTED = 130
+
+_MAX_MESSAGE_CHARS = 500
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ActaError,
+    sa_exc.DBAPIError,  # connection refused, unknown database, permission denied, …
+    sa_exc.ArgumentError,  # a URL SQLAlchemy cannot parse
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,  # refused, unreachable, unknown host, timeouts (TimeoutError is an OSError)
+    subprocess.CalledProcessError,  # the embedded server's pg_ctl/initdb/psql failed
+    subprocess.TimeoutExpired,
+)
+"""Errors that mean the user's setup is wrong or unavailable, not that acta has a bug."""
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from alembic.util import CommandError  # unknown revision, nothing to downgrade, …
+
+    return (*USER_ERRORS, CommandError)
+
+
+def load_cli_settings(**overrides: Any) -> ActaSettings:
+    """Settings from the environment and ``.env``, with the command line's options on top
+    (``None`` means "not given"). A bad value raises ConfigurationError naming it."""
+    return load_settings(**overrides)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """Send acta's logs to stderr, one short line each. Only the CLI does this: the library
+    itself never configures log sinks."""
+    logger.remove()
+    logger.add(
+        sys.stderr,
+        level=level,
+        format="<dim>{time:HH:mm:ss}</dim> <level>{level: <7}</level> {message}",
+        backtrace=False,
+        diagnose=False,
+    )
+    logger.enable("acta_sqla")
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit to print: the password masked, the driver name kept."""
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError:
+        return "<unparsable URL>"
+    if not parsed.password:
+        parsed = parsed.set(password=None)
+    return parsed.render_as_string(hide_password=True)
+
+
+_DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    sa_exc.DBAPIError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+)
+
+
+@contextmanager
+def on_database(where: str) -> Iterator[None]:
+    """Name the database in a driver or network error raised inside the block, so that
+    the one line says which server refused (e.g. ``postgresql://app@db:5432/app:
+    ConnectionRefusedError: ...``)."""
+    try:
+        yield
+    except _DATABASE_ERRORS as exc:
+        raise ActaError(f"{where}: {describe_error(exc)}") from exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a person: the driver's own message (not SQLAlchemy's wrapper with its
+    SQL and background link), whitespace collapsed, cut to a readable length."""
+    inner: BaseException = exc
+    if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None:
+        inner = exc.orig
+        # SQLAlchemy's asyncpg adaptor wraps the asyncpg exception as the cause.
+        if inner.__cause__ is not None:
+            inner = inner.__cause__
+    if isinstance(inner, subprocess.CalledProcessError):
+        detail = inner.stderr or inner.stdout or ""
+        if isinstance(detail, bytes):
+            detail = detail.decode(errors="replace")
+        text = f"{_program(inner.cmd)} failed (exit {inner.returncode}) {detail}"
+    else:
+        text = str(inner)
+    text = " ".join(text.split())
+    if not text:
+        text = type(inner).__name__
+    elif isinstance(inner, OSError | asyncpg.PostgresError | asyncpg.InterfaceError):
+        text = f"{type(inner).__name__}: {text}"
+    if len(text) > _MAX_MESSAGE_CHARS:
+        text = text[: _MAX_MESSAGE_CHARS - 1] + "…"
+    return text
+
+
+def _program(cmd: Any) -> str:
+    first = cmd[0] if isinstance(cmd, list | tuple) and cmd else cmd
+    return str(first).rsplit("/", 1)[-1]
+
+
+def fail(message: str, code: int = EXIT_FAILURE, command: str = "acta") -> NoReturn:
+    """Print ``<command>: message`` on stderr and exit with ``code``."""
+    typer.echo(f"{command}: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def command_path(fn: Callable[..., Any]) -> str:
+    """``acta db upgrade`` for ``upgrade`` in ``acta_sqla.cli.db``; ``acta worker`` for a
+    command of the top level (its own module, or this package)."""
+    group = fn.__module__.rsplit(".", 1)[-1]
+    name = fn.__name__.rstrip("_").replace("_", "-")
+    if group in ("cli", "__init__", "__main__", name):
+        return f"acta {name}"
+    return f"acta {group} {name}"
+
+
+def run_cli(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a command function (under ``@app.command()``) so that user errors become
+    one line on stderr and a non-zero exit status; anything else (a bug) keeps its
+    traceback."""
+    command = command_path(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            fail("interrupted", EXIT_INTERRUPTED, command)
+        except ConfigurationError as exc:
+            fail(describe_error(exc), EXIT_CONFIGURATION, command)
+        except _user_errors() as exc:
+            fail(describe_error(exc), EXIT_FAILURE, command)
+
+    return wrapper

@@ -1,0 +1,125 @@
+"""``acta db``: acta's migrations, and the embedded PostgreSQL.
+
+The database is ``--database-url``, else ``ACTA_DATABASE_URL``, else the embedded server
+(started on demand in ``ACTA_DATA_DIR`` and left running for the next command).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .. import embedded, migrate, store
+from ..settings import ActaSettings
+from ._common import load_cli_settings, on_database, run_cli, shown_url
+
+app = typer.Typer(
+    name="db",
+    no_args_is_help=True,
+    help="acta's schema: migrations (upgrade, downgrade, current) and the embedded PostgreSQL.",
+)
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="PostgreSQL URL (default: ACTA_DATABASE_URL, else the embedded PostgreSQL).",
+        show_default=False,
+    ),
+]
+Schema = Annotated[
+    str | None,
+    typer.Option("--schema", help="Schema of acta's tables (default: ACTA_SCHEMA, else acta)."),
+]
+
+# "-1" must reach `downgrade` as an argument, not be parsed as an unknown option.
+_RELATIVE_REVISIONS = {"ignore_unknown_options": True}
+
+
+@contextmanager
+def _database(
+    database_url: str | None, schema: str | None
+) -> Iterator[tuple[ActaSettings, str, str]]:
+    """Settings, the URL (starting the embedded server when none is configured) and how to
+    name the database in messages; errors inside the block name it too."""
+    settings = load_cli_settings(database_url=database_url, db_schema=schema)
+    if settings.database_url:
+        where = f"schema {settings.db_schema!r} of {shown_url(settings.database_url)}"
+    else:
+        where = (
+            f"schema {settings.db_schema!r} of the embedded PostgreSQL in "
+            f"{settings.data_dir.expanduser().resolve()}"
+        )
+    with on_database(where):
+        yield settings, store.database_url(settings), where
+
+
+def _label(revision: str | None) -> str:
+    if revision is None:
+        return "none"
+    return f"{revision} (head)" if revision in migrate.heads() else revision
+
+
+@app.command()
+@run_cli
+def upgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    database_url: DatabaseUrl = None,
+    schema: Schema = None,
+) -> None:
+    """Bring acta's tables up to REVISION (default: the latest)."""
+    with _database(database_url, schema) as (settings, url, where):
+        before = migrate.current(url, settings.db_schema)
+        migrate.upgrade(url, revision, settings.db_schema)
+        after = migrate.current(url, settings.db_schema)
+    if before == after:
+        typer.echo(f"already at {_label(after)} ({where})")
+    else:
+        typer.echo(f"upgraded {_label(before)} -> {_label(after)} ({where})")
+
+
+@app.command(context_settings=_RELATIVE_REVISIONS)
+@run_cli
+def downgrade(
+    revision: Annotated[
+        str, typer.Argument(help="Target revision: -1 (one step), a revision id, or base.")
+    ] = "-1",
+    database_url: DatabaseUrl = None,
+    schema: Schema = None,
+) -> None:
+    """Take acta's tables back to REVISION (default: one step); `base` removes them all."""
+    with _database(database_url, schema) as (settings, url, where):
+        before = migrate.current(url, settings.db_schema)
+        migrate.downgrade(url, revision, settings.db_schema)
+        after = migrate.current(url, settings.db_schema)
+    typer.echo(f"downgraded {_label(before)} -> {_label(after)} ({where})")
+
+
+@app.command()
+@run_cli
+def current(database_url: DatabaseUrl = None, schema: Schema = None) -> None:
+    """Print the revision acta's tables are at ("none" before the first upgrade)."""
+    with _database(database_url, schema) as (settings, url, _):
+        revision = migrate.current(url, settings.db_schema)
+    typer.echo(_label(revision))
+
+
+@app.command()
+@run_cli
+def stop(
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Data folder of the embedded PostgreSQL (default: ACTA_DATA_DIR)."),
+    ] = None,
+) -> None:
+    """Stop the embedded PostgreSQL (a server named by a URL is never touched)."""
+    settings = load_cli_settings(data_dir=data_dir)
+    folder = settings.data_dir.expanduser().resolve()
+    if embedded.stop(folder):
+        typer.echo(f"stopped the embedded PostgreSQL in {folder}")
+    else:
+        typer.echo(f"no embedded PostgreSQL is running in {folder}")

