@@ -7,6 +7,11 @@ Runs in the default suite (about 2 s: one initdb and two starts), whatever
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import asyncpg
@@ -64,3 +69,47 @@ def test_start_reuse_stop(tmp_path: Path) -> None:
 
 def test_stop_without_a_server(tmp_path: Path) -> None:
     assert embedded.stop(tmp_path / "never-started") is False
+
+
+_AS_USER = """
+import asyncio, sys
+from pathlib import Path
+import asyncpg
+from acta_sqla import embedded
+
+data = Path(sys.argv[1]) / "pgdata"
+url = embedded.start(data)
+
+async def probe() -> None:
+    conn = await asyncpg.connect(url)
+    print(await conn.fetchval("SELECT current_database()"))
+    await conn.close()
+
+asyncio.run(probe())
+print(embedded.stop(data))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an ordinary user needs root")
+def test_the_embedded_server_runs_for_an_ordinary_user() -> None:
+    user = "nobody"
+    reachable = subprocess.run(
+        ["runuser", "-u", user, "--", sys.executable, "-c", "import acta_sqla"],
+        capture_output=True,
+    )
+    if reachable.returncode != 0:
+        pytest.skip(f"this interpreter is not readable by {user!r} on this machine")
+    home = Path(tempfile.mkdtemp(prefix="acta-user-", dir="/tmp"))
+    try:
+        shutil.chown(home, user)
+        done = subprocess.run(
+            ["runuser", "-u", user, "--", sys.executable, "-c", _AS_USER, str(home)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "HOME": str(home)},
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["acta", "True"]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
