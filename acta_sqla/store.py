@@ -126,6 +126,9 @@ class RoleConnection:
         self.settings = settings or {}
         self.conn: asyncpg.Connection | None = None
         self.application_name = f"acta:{role}"
+        # One statement at a time: asyncpg refuses a second operation on a busy connection
+        # (the admin role is shared by start-up, recovery and definition reloads).
+        self._busy = asyncio.Lock()
 
     async def get(self) -> asyncpg.Connection:
         if self.conn is None or self.conn.is_closed():
@@ -146,20 +149,22 @@ class RoleConnection:
             conn.terminate()
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        conn = await self.get()
-        try:
-            return await conn.fetch(sql, *args, timeout=self.timeout)
-        except _CONNECTION_ERRORS as exc:
-            await self.discard()
-            raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
+        async with self._busy:
+            conn = await self.get()
+            try:
+                return await conn.fetch(sql, *args, timeout=self.timeout)
+            except _CONNECTION_ERRORS as exc:
+                await self.discard()
+                raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
 
     async def execute(self, sql: str, *args: Any) -> str:
-        conn = await self.get()
-        try:
-            return await conn.execute(sql, *args, timeout=self.timeout)
-        except _CONNECTION_ERRORS as exc:
-            await self.discard()
-            raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
+        async with self._busy:
+            conn = await self.get()
+            try:
+                return await conn.execute(sql, *args, timeout=self.timeout)
+            except _CONNECTION_ERRORS as exc:
+                await self.discard()
+                raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
 
     async def close(self) -> None:
         conn, self.conn = self.conn, None

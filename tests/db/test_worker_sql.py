@@ -318,3 +318,11 @@ async def test_prune_deletes_finished_jobs_past_retention_in_bounded_chunks(
     assert await store.prune_finished(10, 7 * 24 * 3600.0) == 10
     assert await store.prune_finished(100, 7 * 24 * 3600.0) == 15
     assert await conn.fetchval("SELECT count(*) FROM acta.job") == 3
+
+
+async def test_one_role_connection_serves_concurrent_callers(store: WorkerStore) -> None:
+    # Recovery and a definitions reload may share the admin connection at the same time.
+    results = await asyncio.gather(
+        *(store.admin_conn.fetch("SELECT pg_sleep(0.01), $1::int", i) for i in range(5))
+    )
+    assert [r[0][1] for r in results] == list(range(5))
