@@ -11,6 +11,7 @@ from .errors import DuplicateJob as DuplicateJob
 from .errors import Fail as Fail
 from .errors import InvalidJob as InvalidJob
 from .errors import InvalidJobArgs as InvalidJobArgs
+from .errors import LockUnavailable as LockUnavailable
 from .errors import PayloadTooLarge as PayloadTooLarge
 from .errors import Retry as Retry
 from .errors import UnknownJobKind as UnknownJobKind
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidJobArgs",
     "Job",
     "JobStatus",
+    "LockUnavailable",
     "PayloadTooLarge",
     "Policy",
     "Retry",

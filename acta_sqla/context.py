@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,16 @@ class Context:
     namespace: str
     worker_id: int | None = None
     _log: Any = field(default=None, repr=False)
+    _locker: Any = field(default=None, repr=False)
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractAsyncContextManager[None]:
+        """Hold the named lock for the block: exclusive across every worker, renewed with
+        this attempt's lease, released when the block ends. Waits up to ``wait`` seconds
+        for a holder to let go, then raises ``LockUnavailable`` (which, uncaught, retries
+        the job after a second)."""
+        if self._locker is None:
+            raise RuntimeError("ctx.lock() is only available inside a worker")
+        return self._locker.hold(name, wait)
 
     @property
     def log(self) -> Any:

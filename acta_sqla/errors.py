@@ -70,6 +70,16 @@ class Retry(HandlerError):
         super().__init__(reason or f"retry requested after {after:g}s")
 
 
+class LockUnavailable(Retry):
+    """``ctx.lock(name, wait=...)`` could not take the lock in time.
+
+    Uncaught, it retries the job after a second (charged, like any ``Retry``)."""
+
+    def __init__(self, name: str, waited: float) -> None:
+        super().__init__(after=1.0, reason=f"lock {name!r} is held elsewhere (waited {waited:g}s)")
+        self.name = name
+
+
 class Fail(HandlerError):
     """Raised by a handler: end this job ``failed`` now, without using the rest of its budget."""
 

@@ -386,15 +386,49 @@ class WorkerSQL:
                 UPDATE {s}.namespace SET recovery_due_at = now() + make_interval(secs => $7)
                 WHERE name = $1 AND recovery_due_at <= now()
                 RETURNING name
+            ),
+            lock_holds AS (
+                SELECT * FROM unnest($8::text[], $9::bigint[], $10::bigint[])
+                    AS l(name, job_id, execution_id)
+            ),
+            locks_renewed AS (
+                UPDATE {s}.lock AS k SET lease_expires_at = now() + make_interval(secs => $5)
+                FROM lock_holds l
+                WHERE k.namespace = $1 AND k.name = l.name
+                  AND k.job_id = l.job_id AND k.execution_id = l.execution_id
+                RETURNING k.name, k.job_id, k.execution_id
             )
-            SELECT 'renewed' AS what, id, execution_id, cancel_requested AS flag FROM renewed
+            SELECT 'renewed' AS what, id, execution_id, cancel_requested AS flag,
+                   NULL::text AS name FROM renewed
             UNION ALL
-            SELECT 'present', id, execution_id, NULL FROM present
+            SELECT 'present', id, execution_id, NULL, NULL FROM present
+            UNION ALL
+            SELECT 'lock', job_id, execution_id, NULL, name FROM locks_renewed
             UNION ALL
             SELECT 'namespace',
                    (SELECT definitions_version FROM {s}.namespace WHERE name = $1),
                    (SELECT count(*) FROM beat),
-                   EXISTS (SELECT 1 FROM recovery)"""
+                   EXISTS (SELECT 1 FROM recovery),
+                   NULL"""
+
+        # Named locks. Take: a free name, an expired hold, or one this execution holds
+        # already. Fenced by the holder's (job, execution) pair, so a release or renewal by
+        # a stale attempt matches nothing.
+        self.take_lock = f"""
+            INSERT INTO {s}.lock AS k (namespace, name, job_id, execution_id, worker_id,
+                                       lease_expires_at)
+            VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+            ON CONFLICT (namespace, name) DO UPDATE SET
+                job_id = excluded.job_id, execution_id = excluded.execution_id,
+                worker_id = excluded.worker_id, acquired_at = now(),
+                lease_expires_at = excluded.lease_expires_at
+            WHERE k.lease_expires_at < now()
+               OR (k.job_id = excluded.job_id AND k.execution_id = excluded.execution_id)
+            RETURNING 1"""
+
+        self.release_lock = f"""
+            DELETE FROM {s}.lock
+            WHERE namespace = $1 AND name = $2 AND job_id = $3 AND execution_id = $4"""
 
         # Recovery, step 1: rows whose lease ran out go back to 'ready'. An attempt the
         # database knows had started is charged (and ends 'failed' when the budget is

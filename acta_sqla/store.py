@@ -224,16 +224,26 @@ class WorkerStore:
         self.complete_conn = RoleConnection(dsn, "complete", timeout=60.0)
         self.heartbeat_conn = RoleConnection(dsn, "heartbeat", timeout=max(10.0, timings.heartbeat))
         self.admin_conn = RoleConnection(dsn, "admin", timeout=30.0)
+        self.lock_conn = RoleConnection(dsn, "lock", timeout=30.0)
         self.dsn = dsn
         self.channel = f"{schema}.{namespace}"
 
     def _name(self, worker_id: int) -> None:
-        for rc in (self.claim_conn, self.complete_conn, self.heartbeat_conn, self.admin_conn):
+        for rc in self._roles():
             rc.application_name = f"acta:{rc.role}:{worker_id}"
 
     async def close(self) -> None:
-        for rc in (self.claim_conn, self.complete_conn, self.heartbeat_conn, self.admin_conn):
+        for rc in self._roles():
             await rc.close()
+
+    def _roles(self) -> tuple[RoleConnection, ...]:
+        return (
+            self.claim_conn,
+            self.complete_conn,
+            self.heartbeat_conn,
+            self.admin_conn,
+            self.lock_conn,
+        )
 
     # -------------------------------------------------------------- start and stop
 
@@ -314,9 +324,14 @@ class WorkerStore:
 
     # -------------------------------------------------------------- heartbeat and recovery
 
-    async def heartbeat(self, held: Sequence[tuple[int, int, bool]]) -> HeartbeatReport:
-        """ONE call: renew ``held`` (job, execution, started) triples, refresh the worker row,
-        take the recovery pass if due, and read the definitions version."""
+    async def heartbeat(
+        self,
+        held: Sequence[tuple[int, int, bool]],
+        locks: Sequence[tuple[str, int, int]] = (),
+    ) -> HeartbeatReport:
+        """ONE call: renew ``held`` (job, execution, started) triples and the ``locks``
+        (name, job, execution) they hold, refresh the worker row, take the recovery pass
+        if due, and read the definitions version."""
         rows = await self.heartbeat_conn.fetch(
             self.sql.heartbeat,
             self.namespace,
@@ -326,8 +341,12 @@ class WorkerStore:
             self.timings.lease,
             self.worker_id,
             self.timings.recovery_interval,
+            [lk[0] for lk in locks],
+            [lk[1] for lk in locks],
+            [lk[2] for lk in locks],
         )
         renewed: set[tuple[int, int]] = set()
+        locks_renewed: set[tuple[str, int, int]] = set()
         present: set[tuple[int, int]] = set()
         cancel: set[int] = set()
         version, recovery_due = 0, False
@@ -339,6 +358,8 @@ class WorkerStore:
                     cancel.add(r["id"])
             elif what == "present":
                 present.add((r["id"], r["execution_id"]))
+            elif what == "lock":
+                locks_renewed.add((r["name"], r["id"], r["execution_id"]))
             else:
                 version = int(r["id"] or 0)
                 recovery_due = bool(r["flag"])
@@ -348,6 +369,24 @@ class WorkerStore:
             cancel_requested=frozenset(cancel),
             definitions_version=version,
             recovery_due=recovery_due,
+            locks_renewed=frozenset(locks_renewed),
+        )
+
+    async def take_lock(self, name: str, job_id: int, execution_id: int) -> bool:
+        rows = await self.lock_conn.fetch(
+            self.sql.take_lock,
+            self.namespace,
+            name,
+            job_id,
+            execution_id,
+            self.worker_id,
+            self.timings.lease,
+        )
+        return bool(rows)
+
+    async def release_lock(self, name: str, job_id: int, execution_id: int) -> None:
+        await self.lock_conn.execute(
+            self.sql.release_lock, self.namespace, name, job_id, execution_id
         )
 
     async def recover_expired(self, limit: int, default_budget: int) -> list[tuple[int, str, bool]]:

@@ -45,6 +45,8 @@ class Outcome(StrEnum):
     """Never started (no handler here, or claimed but unstarted at shutdown): uncharged."""
     LEASE_LOST = "lease_lost"
     """Cancelled at its attempt deadline: the lease is (about to be) another worker's."""
+    LOCK_LOST = "lock_lost"
+    """Cancelled because a named lock it held was not renewed: it may be another's now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +93,5 @@ class HeartbeatReport:
     definitions_version: int
     recovery_due: bool
     """This worker took the namespace's recovery pass: run it now."""
+    locks_renewed: frozenset[tuple[str, int, int]] = frozenset()
+    """(name, job, execution) of the named locks whose lease moved on."""

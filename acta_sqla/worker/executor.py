@@ -26,6 +26,7 @@ from ..settings import MAX_RESULT_BYTES, MAX_TRACEBACK_CHARS
 from ..values import ClaimedJob, Completion, Outcome
 from .clock import Clock
 from .inflight import Entry, EntryState, Permits, Registry
+from .locks import Locker, LockStore
 
 log = logger.bind(stage="executor")
 
@@ -156,6 +157,7 @@ class Executor:
         clock: Clock | None = None,
         admit: Admission | None = None,
         worker_id: Callable[[], int | None] = lambda: None,
+        lock_store: LockStore | None = None,
     ) -> None:
         self.handlers = handlers
         self.policies = policies
@@ -169,6 +171,7 @@ class Executor:
         self.clock = clock or Clock()
         self.admit = admit
         self.worker_id = worker_id
+        self.lock_store = lock_store
         self._warned_kinds: set[str] = set()
 
     async def run(self) -> None:
@@ -238,6 +241,7 @@ class Executor:
             execution_id=job.execution_id,
             namespace=self.namespace,
             worker_id=self.worker_id(),
+            _locker=Locker(self.lock_store, entry, self.clock) if self.lock_store else None,
         )
         now = self.clock.now()
         entry.started = now
@@ -303,11 +307,12 @@ class Executor:
         messages = {
             Outcome.TIMEOUT: f"execution timeout: the attempt ran past {policy.timeout:g}s",
             Outcome.LEASE_LOST: "the attempt deadline passed without a confirmed lease renewal",
+            Outcome.LOCK_LOST: "a named lock the attempt held was not renewed",
             Outcome.CANCELLED: "cancelled on request",
             Outcome.INTERRUPTED: "interrupted by the worker's shutdown; retried uncharged",
         }
         error = ("acta." + reason.value, messages.get(reason, reason.value), "")
-        if reason is Outcome.LEASE_LOST:
+        if reason in (Outcome.LEASE_LOST, Outcome.LOCK_LOST):
             # Written anyway: if the row is still ours the write applies (a failed attempt);
             # if another worker took it, the fence makes it a no-op.
             return failed(job, policy, Outcome.FAILED, error, ran)

@@ -17,7 +17,9 @@ log = logger.bind(stage="heartbeat")
 
 
 class HeartbeatStore(Protocol):
-    async def heartbeat(self, held: Sequence[tuple[int, int, bool]]) -> HeartbeatReport: ...
+    async def heartbeat(
+        self, held: Sequence[tuple[int, int, bool]], locks: Sequence[tuple[str, int, int]] = ()
+    ) -> HeartbeatReport: ...
 
 
 class Heartbeat:
@@ -79,9 +81,10 @@ class Heartbeat:
             e for e in self.registry if e.state is EntryState.FINALIZING or not e.fired(now)
         ]
         held = [(e.job.id, e.job.execution_id, e.started is not None) for e in snapshot]
+        locks = [(name, e.job.id, e.job.execution_id) for e in snapshot for name in e.locks]
         started = self.clock.now()
         try:
-            report = await self.store.heartbeat(held)
+            report = await self.store.heartbeat(held, locks)
         except Exception as exc:
             self.failures += 1
             # Deadlines stay as they are: an attempt whose renewals keep failing is
@@ -103,6 +106,14 @@ class Heartbeat:
             elif entry.state is not EntryState.FINALIZING:
                 lost += 1
                 self.registry.fire(entry, Outcome.LEASE_LOST, after)
+        for name, job_id, execution_id in locks:
+            if (name, job_id, execution_id) not in report.locks_renewed:
+                entry = self.registry.get((job_id, execution_id))
+                if entry is not None and name in entry.locks:
+                    log.bind(event="lock_lost", lock=name, job_id=job_id).warning(
+                        "job {}: lock {!r} was not renewed; cancelling the attempt", job_id, name
+                    )
+                    self.registry.fire(entry, Outcome.LOCK_LOST, after)
         if lost:
             log.bind(event="lease_lost", count=lost).warning(
                 "{} held row(s) were not renewed (recovered or taken over): their attempts "

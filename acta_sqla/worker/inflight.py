@@ -39,6 +39,8 @@ class Entry:
     stop_reason: Outcome | None = None
     """Why this attempt was asked to stop (lease lost, cancel, shutdown); None while healthy."""
     scope: asyncio.Timeout | None = field(default=None, repr=False)
+    locks: Counter[str] = field(default_factory=Counter)
+    """Named locks this attempt holds (with how deep), renewed by the heartbeat."""
 
     @property
     def key(self) -> tuple[int, int]:

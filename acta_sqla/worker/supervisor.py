@@ -174,6 +174,7 @@ class Worker:
                 self._pool,
                 self.clock,
                 worker_id=lambda: self.worker_id,
+                lock_store=store,
             )
             for _ in range(self.executors_count)
         ]

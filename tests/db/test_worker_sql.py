@@ -326,3 +326,27 @@ async def test_one_role_connection_serves_concurrent_callers(store: WorkerStore)
         *(store.admin_conn.fetch("SELECT pg_sleep(0.01), $1::int", i) for i in range(5))
     )
     assert [r[0][1] for r in results] == list(range(5))
+
+
+async def test_named_locks_are_exclusive_fenced_and_expire_with_their_lease(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await insert(conn, 2)
+    a, b = sorted(await store.claim_jobs(2), key=lambda j: j.id)
+    assert await store.take_lock("acct:1", a.id, a.execution_id)
+    assert not await store.take_lock("acct:1", b.id, b.execution_id)
+    assert await store.take_lock("acct:1", a.id, a.execution_id)  # its own hold
+    await store.release_lock("acct:1", b.id, b.execution_id)  # not b's: changes nothing
+    assert not await store.take_lock("acct:1", b.id, b.execution_id)
+    await store.release_lock("acct:1", a.id, a.execution_id)
+    assert await store.take_lock("acct:1", b.id, b.execution_id)
+    # The heartbeat renews b's hold; a's claim on it is no longer answered.
+    report = await store.heartbeat(
+        [(b.id, b.execution_id, True)],
+        [("acct:1", b.id, b.execution_id), ("acct:1", a.id, a.execution_id)],
+    )
+    assert report.locks_renewed == {("acct:1", b.id, b.execution_id)}
+    # A hold whose lease ran out (its worker died) is free for the taking.
+    await conn.execute("UPDATE acta.lock SET lease_expires_at = now() - interval '1 second'")
+    assert await store.take_lock("acct:1", a.id, a.execution_id)
+    assert await conn.fetchval("SELECT job_id FROM acta.lock WHERE name = 'acct:1'") == a.id

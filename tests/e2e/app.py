@@ -47,3 +47,11 @@ async def sleepy(ctx: Context, seconds: float) -> str:
     await asyncio.sleep(seconds)
     record("end", ctx)
     return "rested"
+
+
+@acta.job(max_attempts=50)
+async def exclusive(ctx: Context) -> None:
+    async with ctx.lock("the-one-printer", wait=0.2):
+        record("start", ctx)
+        await asyncio.sleep(0.01)
+        record("end", ctx)

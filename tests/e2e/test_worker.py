@@ -179,3 +179,24 @@ def test_acta_demo_runs_the_whole_system(db) -> None:  # type: ignore[no-untyped
     assert "the rolled-back one: absent" in done.stdout
     assert "charge_card recovered after retries" in done.stdout
     assert "import_feed used up its budget" in done.stdout
+
+
+def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, oracle_log) -> None:  # type: ignore[no-untyped-def]
+    a = start_worker()
+    b = start_worker()
+    wait_for(
+        lambda: sql("SELECT count(*) FROM acta.worker WHERE status = 'running'") == [(2,)],
+        what="both workers to register",
+    )
+    ids = enqueue(sql, "exclusive", 30)
+    wait_for(lambda: statuses(sql)["succeeded"] == 30, timeout=120, what="30 successes")
+    for w in (a, b):
+        w.signal(signal.SIGTERM)
+    assert a.wait() == 0 and b.wait() == 0
+    events = [(event, job) for event, job, _, _ in read_runs(oracle_log)]
+    assert len(events) == 60
+    # Inside the lock, every start is followed by the same job's end: never two at once.
+    for (e1, j1), (e2, j2) in zip(events[::2], events[1::2], strict=True):
+        assert (e1, e2, j1) == ("start", "end", j2)
+    assert {j for _, j in events} == set(ids)
+    assert sql("SELECT count(*) FROM acta.lock") == [(0,)]

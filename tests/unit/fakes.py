@@ -59,6 +59,7 @@ class FakeStore:
         self.write_errors: list[Exception] = []
         self.lease_lost: set[int] = set()
         self.heartbeats: list[list[tuple[int, int, bool]]] = []
+        self.lock_beats: list[list[tuple[str, int, int]]] = []
         self.report: HeartbeatReport | None = None
 
     async def claim_jobs(self, limit: int) -> list[ClaimedJob]:
@@ -84,8 +85,11 @@ class FakeStore:
         self.written.set()
         return {c.job_id for c in batch} - self.lease_lost
 
-    async def heartbeat(self, held: Sequence[tuple[int, int, bool]]) -> HeartbeatReport:
+    async def heartbeat(
+        self, held: Sequence[tuple[int, int, bool]], locks: Sequence[tuple[str, int, int]] = ()
+    ) -> HeartbeatReport:
         self.heartbeats.append(list(held))
+        self.lock_beats.append(list(locks))
         assert self.report is not None
         return self.report
 

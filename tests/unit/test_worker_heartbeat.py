@@ -84,10 +84,30 @@ async def test_a_failed_beat_leaves_deadlines_alone() -> None:
     entry = registry.add(job(1), clock.now() + 10)
 
     class Down(FakeStore):
-        async def heartbeat(self, held):  # type: ignore[no-untyped-def]
+        async def heartbeat(self, held, locks=()):  # type: ignore[no-untyped-def]
             raise ConnectionError("database down")
 
     hb = Heartbeat(Down(), registry, TIMINGS, clock)
     assert await hb.run_once() is None
     assert entry.deadline == clock.now() + 10 and entry.stop_reason is None
     assert hb.failures == 1
+
+
+async def test_a_lock_not_renewed_cancels_its_attempt() -> None:
+    clock = FakeClock()
+    store = FakeStore()
+    registry = Registry()
+    keeps = registry.add(job(1), clock.now() + 100)
+    keeps.state = EntryState.EXECUTING
+    keeps.locks["a"] += 1
+    loses = registry.add(job(2), clock.now() + 100)
+    loses.state = EntryState.EXECUTING
+    loses.locks["b"] += 1
+    store.report = report(
+        renewed=frozenset({keeps.key, loses.key}),
+        locks_renewed=frozenset({("a", 1, 1001)}),
+    )
+    await Heartbeat(store, registry, TIMINGS, clock).run_once()
+    assert store.lock_beats == [[("a", 1, 1001), ("b", 2, 1002)]]
+    assert keeps.stop_reason is None
+    assert loses.stop_reason is Outcome.LOCK_LOST
