@@ -92,7 +92,8 @@ _ACTIVE_SQL = "status IN ('ready', 'executing', 'waiting')"
 _TERMINAL_SQL = "status IN ('succeeded', 'failed', 'cancelled')"
 
 execution_id_seq = Sequence("execution_id_seq", metadata=Base.metadata)
-"""Minted by the claim: the value is the attempt's fencing token and its Execution's id."""
+"""The low 40 bits of the fencing token the claim mints (see ``WorkerSQL``); the high bits
+are the server's start time, so a token never repeats across a crash."""
 
 
 def _check_json(field: str, value: Any, limit: int) -> Any:

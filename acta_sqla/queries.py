@@ -233,6 +233,17 @@ class WorkerSQL:
         s = f'"{schema}"'
         self.schema = schema
 
+        # The fencing token. The claim commits asynchronously, and a sequence's advance is
+        # only as durable as the transaction that made it: after a database crash the
+        # sequence may hand out again an id that a lost claim carried. So the token is the
+        # sequence value (low 40 bits) under the server's start time (high 23 bits), which
+        # changes with every restart, crash recovery or failover: a token minted after a
+        # crash never equals one minted before it.
+        mint_execution_id = (
+            "(((extract(epoch FROM pg_postmaster_start_time())::bigint % 8388608) << 40)"
+            f" | (nextval('{schema}.execution_id_seq') % 1099511627776))"
+        )
+
         # Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order,
         # moves each to 'executing', counts the attempt, and mints its execution id (the
         # fencing token). SKIP LOCKED: two claimers never take the same row, and never wait
@@ -248,7 +259,7 @@ class WorkerSQL:
             UPDATE {s}.job AS j SET
                 status = 'executing',
                 attempts = j.attempts + 1,
-                execution_id = nextval('{schema}.execution_id_seq'),
+                execution_id = {mint_execution_id},
                 worker_id = $3,
                 claimed_at = now(),
                 started_at = NULL,

@@ -87,7 +87,9 @@ def show(
     async def work(session: AsyncSession) -> tuple[Job | None, list[Execution]]:
         job = await session.get(Job, job_id)
         history = await session.scalars(
-            select(Execution).where(Execution.job_id == job_id).order_by(Execution.id)
+            select(Execution)
+            .where(Execution.job_id == job_id)
+            .order_by(Execution.finished_at, Execution.attempt)
         )
         return job, list(history.all())
 
