@@ -180,23 +180,6 @@ def _brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _claimed(r: asyncpg.Record) -> ClaimedJob:
-    return ClaimedJob(
-        id=r["id"],
-        execution_id=r["execution_id"],
-        kind=r["kind"],
-        args_json=r["args"],
-        attempts=r["attempts"],
-        max_attempts=r["max_attempts"],
-        priority=r["priority"],
-        concurrency_key=r["concurrency_key"],
-        rate_key=r["rate_key"],
-        lane_key=r["lane_key"],
-        parent_id=r["parent_id"],
-        signals_json=r["signals"],
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Definitions:
     version: int
@@ -294,7 +277,8 @@ class WorkerStore:
         rows = await self.claim_conn.fetch(
             self.sql.claim_jobs, self.namespace, limit, self.worker_id, self.timings.lease
         )
-        return [_claimed(r) for r in rows]
+        make = ClaimedJob._make
+        return [make(r) for r in rows]
 
     async def next_due_in(self) -> float | None:
         rows = await self.claim_conn.fetch(self.sql.next_due_in, self.namespace)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
+
+# ClaimedJob and Completion are NamedTuples rather than frozen dataclasses: one of each is
+# made per job on the hot path, and a tuple is built in C (a frozen dataclass sets every
+# field through object.__setattr__). They are just as immutable.
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """A row the claim moved to ``executing``; ``execution_id`` is its fencing token."""
+class ClaimedJob(NamedTuple):
+    """A row the claim moved to ``executing``; ``execution_id`` is its fencing token.
+
+    Field order is the claim statement's RETURNING order: ``ClaimedJob._make(record)``."""
 
     id: int
     execution_id: int
@@ -49,8 +55,7 @@ class Outcome(StrEnum):
     """Cancelled because a named lock it held was not renewed: it may be another's now."""
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+class Completion(NamedTuple):
     """One finished attempt, as the finalizer writes it.
 
     ``status`` is the job's next status; ``delay`` the seconds (database clock) before a

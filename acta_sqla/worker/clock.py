@@ -11,8 +11,15 @@ import contextlib
 
 
 class Clock:
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
     def now(self) -> float:
-        return asyncio.get_running_loop().time()
+        # Called several times per job: keep the loop instead of looking it up each time.
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.time()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

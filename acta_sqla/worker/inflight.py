@@ -39,7 +39,7 @@ class Entry:
     stop_reason: Outcome | None = None
     """Why this attempt was asked to stop (lease lost, cancel, shutdown); None while healthy."""
     scope: asyncio.Timeout | None = field(default=None, repr=False)
-    locks: Counter[str] = field(default_factory=Counter)
+    locks: dict[str, int] = field(default_factory=dict)
     """Named locks this attempt holds (with how deep), renewed by the heartbeat."""
 
     @property

@@ -42,7 +42,7 @@ class Locker:
             raise ValueError(f"a lock name must be a non-empty string, got {name!r}")
         job = self.entry.job
         held = self.entry.locks
-        if held[name] == 0:
+        if name not in held:
             deadline = self.clock.now() + wait
             delay = 0.05
             while not await self.store.take_lock(name, job.id, job.execution_id):
@@ -51,12 +51,12 @@ class Locker:
                     raise LockUnavailable(name, wait)
                 await self.clock.sleep(min(delay, left))
                 delay = min(delay * 2, 1.0)
-        held[name] += 1
+        held[name] = held.get(name, 0) + 1
         try:
             yield
         finally:
             held[name] -= 1
-            if held[name] == 0:
+            if name not in held:
                 del held[name]
                 try:
                     # Shielded: a cancelled handler still gives its lock back now rather

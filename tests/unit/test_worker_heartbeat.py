@@ -99,10 +99,10 @@ async def test_a_lock_not_renewed_cancels_its_attempt() -> None:
     registry = Registry()
     keeps = registry.add(job(1), clock.now() + 100)
     keeps.state = EntryState.EXECUTING
-    keeps.locks["a"] += 1
+    keeps.locks["a"] = 1
     loses = registry.add(job(2), clock.now() + 100)
     loses.state = EntryState.EXECUTING
-    loses.locks["b"] += 1
+    loses.locks["b"] = 1
     store.report = report(
         renewed=frozenset({keeps.key, loses.key}),
         locks_renewed=frozenset({("a", 1, 1001)}),
