@@ -1,30 +1,42 @@
-"""acta-sqla: a durable PostgreSQL job queue for SQLAlchemy 2 applications."""
+"""acta-sqla: a durable PostgreSQL job queue for SQLAlchemy 2 applications.
 
-from .app import Acta as Acta
-from .app import EnqueueResult as EnqueueResult
-from .app import Handler as Handler
-from .context import Context as Context
-from .errors import ActaError as ActaError
-from .errors import Cancel as Cancel
-from .errors import ConfigurationError as ConfigurationError
-from .errors import DuplicateJob as DuplicateJob
-from .errors import Fail as Fail
-from .errors import InvalidJob as InvalidJob
-from .errors import InvalidJobArgs as InvalidJobArgs
-from .errors import LockUnavailable as LockUnavailable
-from .errors import PayloadTooLarge as PayloadTooLarge
-from .errors import Retry as Retry
-from .errors import UnknownJobKind as UnknownJobKind
-from .models import Execution as Execution
-from .models import Job as Job
-from .models import JobStatus as JobStatus
-from .models import Worker as Worker
-from .policy import Policy as Policy
-from .settings import ActaSettings as ActaSettings
-from .store import engine_options as engine_options
-from .store import install_error_translation as _install_error_translation
+The public names load on first use: ``from acta_sqla import Acta`` in a worker does not
+import the ORM models (and SQLAlchemy with them) unless something asks for ``Job``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger as _logger
 
 __version__ = "0.1.0"
+
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "Acta": (".app", "Acta"),
+    "ActaError": (".errors", "ActaError"),
+    "ActaSettings": (".settings", "ActaSettings"),
+    "Cancel": (".errors", "Cancel"),
+    "ConfigurationError": (".errors", "ConfigurationError"),
+    "Context": (".context", "Context"),
+    "DuplicateJob": (".errors", "DuplicateJob"),
+    "EnqueueResult": (".app", "EnqueueResult"),
+    "Execution": (".models", "Execution"),
+    "Fail": (".errors", "Fail"),
+    "Handler": (".app", "Handler"),
+    "InvalidJob": (".errors", "InvalidJob"),
+    "InvalidJobArgs": (".errors", "InvalidJobArgs"),
+    "Job": (".models", "Job"),
+    "JobStatus": (".status", "JobStatus"),
+    "LockUnavailable": (".errors", "LockUnavailable"),
+    "PayloadTooLarge": (".errors", "PayloadTooLarge"),
+    "Policy": (".policy", "Policy"),
+    "Retry": (".errors", "Retry"),
+    "UnknownJobKind": (".errors", "UnknownJobKind"),
+    "Worker": (".models", "Worker"),
+    "engine_options": (".store", "engine_options"),
+}
 
 __all__ = [
     "Acta",
@@ -52,9 +64,44 @@ __all__ = [
     "engine_options",
 ]
 
-_install_error_translation()
+if TYPE_CHECKING:
+    from .app import Acta as Acta
+    from .app import EnqueueResult as EnqueueResult
+    from .app import Handler as Handler
+    from .context import Context as Context
+    from .errors import ActaError as ActaError
+    from .errors import Cancel as Cancel
+    from .errors import ConfigurationError as ConfigurationError
+    from .errors import DuplicateJob as DuplicateJob
+    from .errors import Fail as Fail
+    from .errors import InvalidJob as InvalidJob
+    from .errors import InvalidJobArgs as InvalidJobArgs
+    from .errors import LockUnavailable as LockUnavailable
+    from .errors import PayloadTooLarge as PayloadTooLarge
+    from .errors import Retry as Retry
+    from .errors import UnknownJobKind as UnknownJobKind
+    from .models import Execution as Execution
+    from .models import Job as Job
+    from .models import JobStatus as JobStatus
+    from .models import Worker as Worker
+    from .policy import Policy as Policy
+    from .settings import ActaSettings as ActaSettings
+    from .store import engine_options as engine_options
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 # The library never configures log sinks: applications (and the `acta` CLI) enable it.
-from loguru import logger as _logger  # noqa: E402
-
 _logger.disable("acta_sqla")

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from .errors import ConfigurationError, InvalidJob, InvalidJobArgs, UnknownJobKind
-from .models import Job
 from .policy import Policy, render_key
 from .settings import NAMESPACE_PATTERN
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
+
+    from .models import Job
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -207,6 +208,8 @@ class Acta:
     def _build_job(
         self, kind: str, args: dict[str, Any], policy: Policy, options: dict[str, Any]
     ) -> Job:
+        from .models import Job
+
         unknown = set(options) - JOB_OPTIONS
         if unknown:
             raise InvalidJob(f"{kind}: unknown job option(s) {sorted(unknown)}")

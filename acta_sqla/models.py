@@ -36,28 +36,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
 from .errors import InvalidJob, InvalidJobArgs, PayloadTooLarge
 from .settings import MAX_ARGS_BYTES
+from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
+from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
+from .status import JobStatus as JobStatus
+from .status import WorkerStatus as WorkerStatus
+from .store import install_error_translation
 
 SCHEMA = "acta"
 """The schema name the models are declared in; remapped at run time when configured."""
-
-
-class JobStatus(StrEnum):
-    READY = "ready"
-    EXECUTING = "executing"
-    WAITING = "waiting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
-ACTIVE_STATUSES = (JobStatus.READY, JobStatus.EXECUTING, JobStatus.WAITING)
-
-
-class WorkerStatus(StrEnum):
-    RUNNING = "running"
-    STOPPED = "stopped"
-    DEAD = "dead"
 
 
 class Base(DeclarativeBase):
@@ -394,3 +380,8 @@ class ConcurrencySlot(Base):
     acquired_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
+
+
+# A plain ``session.add`` of a duplicate unique job raises DuplicateJob naming the key,
+# from the moment the models are in use.
+install_error_translation()

@@ -58,6 +58,7 @@ MAX_TRACEBACK_CHARS = 16 * 1024
 """Tracebacks stored on an execution are cut to this many characters (the end is kept)."""
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
 SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_URL_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
 
 
 def default_executors() -> int:
@@ -132,18 +133,15 @@ class ActaSettings(BaseSettings):
     def _check_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            url = make_url(value)
-        except ArgumentError:
+        match = _URL_SCHEME.match(value)
+        if match is None:
+            if "://" not in value:
+                raise ValueError(
+                    "is not a database URL; expected e.g. postgresql://user@host:5432/dbname"
+                )
             raise ValueError(
-                "is not a database URL; expected e.g. postgresql://user@host:5432/dbname"
-            ) from None
-        if url.get_backend_name() != "postgresql":
-            raise ValueError(
-                f"names backend {url.get_backend_name()!r}; acta-sqla needs PostgreSQL "
+                f"names backend {value.split('://', 1)[0].split('+')[0]!r}; acta-sqla needs "
+                "PostgreSQL "
                 "(postgresql://, postgresql+asyncpg:// or postgresql+psycopg://)"
             )
         return value

@@ -9,18 +9,22 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from loguru import logger
-from sqlalchemy import event
-from sqlalchemy.engine import URL, Engine, ExceptionContext, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .errors import ActaError, ConfigurationError, DuplicateJob
 from .queries import WorkerSQL
 from .settings import ActaSettings, Timings
 from .values import ClaimedJob, Completion, HeartbeatReport
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL, ExceptionContext
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+# SQLAlchemy is imported inside the functions that need it: the worker's own path (asyncpg
+# only) never loads it.
 
 
 def database_url(settings: ActaSettings) -> str:
@@ -32,18 +36,22 @@ def database_url(settings: ActaSettings) -> str:
     return embedded.start(settings.data_dir)
 
 
-def _url(url: str | URL) -> URL:
-    return url if isinstance(url, URL) else make_url(url)
+_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
 
 
 def async_url(url: str | URL) -> str:
     """The URL with the asyncpg driver, as SQLAlchemy's async engine wants it."""
-    return _url(url).set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url) if isinstance(url, str) else url
+    return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
 
 
 def asyncpg_dsn(url: str | URL) -> str:
-    """The URL as a plain libpq-style DSN, as ``asyncpg.connect`` wants it."""
-    return _url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    """The URL as a plain libpq-style DSN, as ``asyncpg.connect`` wants it: the same URL with
+    the scheme ``postgresql://`` (SQLAlchemy URLs and libpq URIs quote alike)."""
+    text = url if isinstance(url, str) else url.render_as_string(hide_password=False)
+    return _SCHEME.sub("postgresql://", text, count=1)
 
 
 # ---------------------------------------------------------------- database errors → acta errors
@@ -84,6 +92,9 @@ def _translate_error(context: ExceptionContext) -> BaseException | None:
 def install_error_translation() -> None:
     """Make a plain ``session.add`` of a duplicate unique job raise ``DuplicateJob`` (naming
     the key) instead of a bare IntegrityError, on every engine, sync or async."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
     if not event.contains(Engine, "handle_error", _translate_error):
         event.listen(Engine, "handle_error", _translate_error)
 
@@ -500,4 +511,6 @@ def engine_options(schema: str) -> dict[str, Any]:
 
 def create_engine(url: str, schema: str) -> AsyncEngine:
     """An async engine (asyncpg) for acta's own commands."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     return create_async_engine(async_url(url), execution_options=engine_options(schema))

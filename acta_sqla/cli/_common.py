@@ -17,8 +17,6 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import asyncpg
 import typer
 from loguru import logger
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
 
 from ..errors import ActaError, ConfigurationError
 from ..settings import ActaSettings, load_settings
@@ -36,8 +34,6 @@ _MAX_MESSAGE_CHARS = 500
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ActaError,
-    sa_exc.DBAPIError,  # connection refused, unknown database, permission denied, …
-    sa_exc.ArgumentError,  # a URL SQLAlchemy cannot parse
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
     OSError,  # refused, unreachable, unknown host, timeouts (TimeoutError is an OSError)
@@ -48,9 +44,17 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    # Imported only when a command fails: `acta worker` never loads SQLAlchemy or Alembic
+    # for its own sake.
     from alembic.util import CommandError  # unknown revision, nothing to downgrade, …
+    from sqlalchemy import exc as sa_exc
 
-    return (*USER_ERRORS, CommandError)
+    return (
+        *USER_ERRORS,
+        sa_exc.DBAPIError,  # connection refused, unknown database, permission denied, …
+        sa_exc.ArgumentError,  # a URL SQLAlchemy cannot parse
+        CommandError,
+    )
 
 
 def load_cli_settings(**overrides: Any) -> ActaSettings:
@@ -75,6 +79,9 @@ def configure_logging(level: str = "INFO") -> None:
 
 def shown_url(url: str) -> str:
     """``url`` fit to print: the password masked, the driver name kept."""
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import make_url
+
     try:
         parsed = make_url(url)
     except sa_exc.ArgumentError:
@@ -84,12 +91,10 @@ def shown_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
-_DATABASE_ERRORS: tuple[type[BaseException], ...] = (
-    sa_exc.DBAPIError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    OSError,
-)
+def _database_errors() -> tuple[type[BaseException], ...]:
+    from sqlalchemy import exc as sa_exc
+
+    return (sa_exc.DBAPIError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
 @contextmanager
@@ -99,7 +104,9 @@ def on_database(where: str) -> Iterator[None]:
     ConnectionRefusedError: ...``)."""
     try:
         yield
-    except _DATABASE_ERRORS as exc:
+    except Exception as exc:
+        if not isinstance(exc, _database_errors()):
+            raise
         raise ActaError(f"{where}: {describe_error(exc)}") from exc
 
 
@@ -107,8 +114,9 @@ def describe_error(exc: BaseException) -> str:
     """One line for a person: the driver's own message (not SQLAlchemy's wrapper with its
     SQL and background link), whitespace collapsed, cut to a readable length."""
     inner: BaseException = exc
-    if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None:
-        inner = exc.orig
+    orig = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's error
+    if isinstance(orig, BaseException):
+        inner = orig
         # SQLAlchemy's asyncpg adaptor wraps the asyncpg exception as the cause.
         if inner.__cause__ is not None:
             inner = inner.__cause__

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from .. import embedded, migrate, store
+from .. import embedded, store
 from ..settings import ActaSettings
 from ._common import load_cli_settings, on_database, run_cli, shown_url
 
@@ -35,6 +35,14 @@ Schema = Annotated[
     str | None,
     typer.Option("--schema", help="Schema of acta's tables (default: ACTA_SCHEMA, else acta)."),
 ]
+
+
+def _migrate():  # type: ignore[no-untyped-def]
+    # Alembic and SQLAlchemy load only for the `db` commands, not with the CLI itself.
+    from .. import migrate
+
+    return migrate
+
 
 # "-1" must reach `downgrade` as an argument, not be parsed as an unknown option.
 _RELATIVE_REVISIONS = {"ignore_unknown_options": True}
@@ -61,7 +69,7 @@ def _database(
 def _label(revision: str | None) -> str:
     if revision is None:
         return "none"
-    return f"{revision} (head)" if revision in migrate.heads() else revision
+    return f"{revision} (head)" if revision in _migrate().heads() else revision
 
 
 @app.command()
@@ -73,9 +81,9 @@ def upgrade(
 ) -> None:
     """Bring acta's tables up to REVISION (default: the latest)."""
     with _database(database_url, schema) as (settings, url, where):
-        before = migrate.current(url, settings.db_schema)
-        migrate.upgrade(url, revision, settings.db_schema)
-        after = migrate.current(url, settings.db_schema)
+        before = _migrate().current(url, settings.db_schema)
+        _migrate().upgrade(url, revision, settings.db_schema)
+        after = _migrate().current(url, settings.db_schema)
     if before == after:
         typer.echo(f"already at {_label(after)} ({where})")
     else:
@@ -93,9 +101,9 @@ def downgrade(
 ) -> None:
     """Take acta's tables back to REVISION (default: one step); `base` removes them all."""
     with _database(database_url, schema) as (settings, url, where):
-        before = migrate.current(url, settings.db_schema)
-        migrate.downgrade(url, revision, settings.db_schema)
-        after = migrate.current(url, settings.db_schema)
+        before = _migrate().current(url, settings.db_schema)
+        _migrate().downgrade(url, revision, settings.db_schema)
+        after = _migrate().current(url, settings.db_schema)
     typer.echo(f"downgraded {_label(before)} -> {_label(after)} ({where})")
 
 
@@ -104,7 +112,7 @@ def downgrade(
 def current(database_url: DatabaseUrl = None, schema: Schema = None) -> None:
     """Print the revision acta's tables are at ("none" before the first upgrade)."""
     with _database(database_url, schema) as (settings, url, _):
-        revision = migrate.current(url, settings.db_schema)
+        revision = _migrate().current(url, settings.db_schema)
     typer.echo(_label(revision))
 
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..app import Acta
-from ..models import Execution, Job, JobStatus, Worker
-from ..store import create_engine
+from ..status import JobStatus
 from ._common import fail, run_cli
 from .db import DatabaseUrl, _database
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from ..models import Execution, Job, Worker
 
 T = TypeVar("T")
 
@@ -27,6 +28,10 @@ Namespace = Annotated[
 
 
 def _run(database_url: str | None, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from ..store import create_engine
+
     with _database(database_url, None) as (settings, url, _where):
 
         async def go() -> T:
@@ -56,6 +61,9 @@ def ls(
     database_url: DatabaseUrl = None,
 ) -> None:
     """List jobs, newest first."""
+    from sqlalchemy import select
+
+    from ..models import Job
 
     async def work(session: AsyncSession) -> list[Job]:
         q = select(Job).order_by(Job.id.desc()).limit(limit)
@@ -83,6 +91,9 @@ def show(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Show one job and the history of its attempts."""
+    from sqlalchemy import select
+
+    from ..models import Execution, Job
 
     async def work(session: AsyncSession) -> tuple[Job | None, list[Execution]]:
         job = await session.get(Job, job_id)
@@ -125,6 +136,8 @@ def cancel(
 ) -> None:
     """Cancel a job: at once if it is ready or waiting; an executing one is cancelled by its
     worker's next heartbeat."""
+    from ..app import Acta
+
     outcome = _run(database_url, lambda s: Acta(allow_unknown_kinds=True).cancel(s, job_id))
     messages = {
         "cancelled": f"job {job_id} cancelled",
@@ -146,6 +159,8 @@ def retry(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Send a finished job back to ready now, with a fresh failure budget."""
+    from ..app import Acta
+
     if _run(database_url, lambda s: Acta(allow_unknown_kinds=True).retry(s, job_id)):
         typer.echo(f"job {job_id} is ready again")
     else:
@@ -165,6 +180,10 @@ def _namespace() -> str:
 @run_cli
 def status(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     """Queue depth by status and kind, and the workers, of one namespace."""
+    from sqlalchemy import func, select
+
+    from ..models import Job, Worker
+
     ns = namespace or _namespace()
 
     async def work(session: AsyncSession) -> tuple[list[Any], list[Worker]]:

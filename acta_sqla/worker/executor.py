@@ -303,7 +303,10 @@ class Executor:
         job = entry.job
         reason = entry.stop_reason
         if reason is None:
-            reason = Outcome.TIMEOUT if self.clock.now() >= entry.timeout_at else Outcome.LEASE_LOST
+            # The scope fired at the earlier of the two; which one is decided by comparing
+            # them, not by reading the clock again (uvloop rounds timers to milliseconds and
+            # its clock may read a hair before the deadline that fired).
+            reason = Outcome.TIMEOUT if entry.timeout_at <= entry.deadline else Outcome.LEASE_LOST
         messages = {
             Outcome.TIMEOUT: f"execution timeout: the attempt ran past {policy.timeout:g}s",
             Outcome.LEASE_LOST: "the attempt deadline passed without a confirmed lease renewal",

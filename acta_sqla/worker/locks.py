@@ -56,7 +56,7 @@ class Locker:
             yield
         finally:
             held[name] -= 1
-            if name not in held:
+            if held[name] == 0:
                 del held[name]
                 try:
                     # Shielded: a cancelled handler still gives its lock back now rather

@@ -237,3 +237,18 @@ async def test_full_completed_channel_holds_the_permit(h: Harness) -> None:
     small.completed.get_nowait()
     await task
     assert small.permits.free == 4
+
+
+async def test_a_timeout_is_told_from_a_lost_lease_by_which_deadline_came_first(
+    h: Harness,
+) -> None:
+    # The lease deadline lies far beyond the 0.05 s timeout: whatever the clock reads when
+    # the scope fires, this is a timeout.
+    c = await h.run("hang")
+    assert c.outcome is Outcome.TIMEOUT
+    h.take_permit()
+    loop = asyncio.get_running_loop()
+    entry = h.registry.add(job(9, "hang"), loop.time() + 0.02)  # the deadline comes first
+    await h.executor.run_once(entry)
+    c = h.completed.get_nowait()
+    assert c is not None and c.error_type == "acta.lease_lost"

@@ -1,0 +1,212 @@
+"""The statements that run on the application's own SQLAlchemy session (enqueue, cancel,
+retry): Core/ORM constructs, so they honour ``schema_translate_map`` and any driver."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Double,
+    Integer,
+    Select,
+    SmallInteger,
+    Text,
+    bindparam,
+    cast,
+    func,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.orm import attributes
+
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
+
+_ACTIVE = [s.value for s in ACTIVE_STATUSES]
+_UNIQUE_WHERE = text("unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting')")
+
+# ---------------------------------------------------------------------------- enqueue
+
+_BULK_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("namespace", Text),
+    ("kind", Text),
+    ("args", Text),
+    ("priority", SmallInteger),
+    ("run_at", Text),
+    ("delay", Double),
+    ("max_attempts", Integer),
+    ("concurrency_key", Text),
+    ("rate_key", Text),
+    ("lane_key", Text),
+    ("unique_key", Text),
+    ("parent_id", BigInteger),
+)
+
+
+def job_insert_values(job: Job) -> dict[str, Any]:
+    """The column values set on a transient ``Job`` (SQL expressions included)."""
+    state = attributes.instance_state(job)
+    return {
+        key: value
+        for key, value in state.dict.items()
+        if key in Job.__table__.c and not key.startswith("_")
+    }
+
+
+def insert_unique_job(values: dict[str, Any]) -> Any:
+    """INSERT one job unless a non-terminal job holds its unique key; RETURNING the new Job."""
+    return (
+        insert(Job)
+        .values(values)
+        .on_conflict_do_nothing(
+            index_elements=["namespace", "unique_key"], index_where=_UNIQUE_WHERE
+        )
+        .returning(Job)
+    )
+
+
+def select_unique_holder(namespace: str, unique_key: str) -> Select[tuple[Job]]:
+    return select(Job).where(
+        Job.namespace == namespace,
+        Job.unique_key == unique_key,
+        Job.status.in_(ACTIVE_STATUSES),
+    )
+
+
+def insert_jobs_bulk() -> Any:
+    """INSERT a batch of jobs from parallel arrays in one statement, in input order.
+
+    Rows whose unique key is held (by an existing job or an earlier row of the batch) are
+    skipped. RETURNING gives (id, unique_key) of the inserted rows; ids grow in input order
+    because the SELECT is ordered and ids come from one sequence.
+    """
+    cols = {
+        name: func.unnest(bindparam(name, type_=ARRAY(typ))).label(name)
+        for name, typ in _BULK_COLUMNS
+    }
+    cols["ord"] = func.unnest(bindparam("ord", type_=ARRAY(Integer))).label("ord")
+    src = select(*cols.values()).subquery("src")
+    run_at = func.coalesce(
+        cast(src.c.run_at, Job.run_at.type),
+        func.now() + func.make_interval(0, 0, 0, 0, 0, 0, func.coalesce(src.c.delay, 0.0)),
+    )
+    names = [
+        "namespace",
+        "kind",
+        "args",
+        "priority",
+        "run_at",
+        "max_attempts",
+        "concurrency_key",
+        "rate_key",
+        "lane_key",
+        "unique_key",
+        "parent_id",
+    ]
+    source = select(
+        src.c.namespace,
+        src.c.kind,
+        cast(src.c.args, JSONB),
+        src.c.priority,
+        run_at,
+        src.c.max_attempts,
+        src.c.concurrency_key,
+        src.c.rate_key,
+        src.c.lane_key,
+        src.c.unique_key,
+        src.c.parent_id,
+    ).order_by(src.c.ord)
+    table = Job.__table__
+    return (
+        insert(table)
+        .from_select(names, source)
+        .on_conflict_do_nothing(
+            index_elements=["namespace", "unique_key"], index_where=_UNIQUE_WHERE
+        )
+        .returning(table.c.id, table.c.unique_key)
+    )
+
+
+def bulk_params(jobs: Sequence[Job]) -> dict[str, list[Any]]:
+    import json
+
+    params: dict[str, list[Any]] = {name: [] for name, _ in _BULK_COLUMNS}
+    for job in jobs:
+        d = job.__dict__
+        params["namespace"].append(job.namespace)
+        params["kind"].append(job.kind)
+        params["args"].append(json.dumps(job.args, separators=(",", ":")))
+        params["priority"].append(d.get("priority") or 0)
+        run_at = d.get("run_at")
+        params["run_at"].append(run_at.isoformat() if isinstance(run_at, datetime) else None)
+        params["delay"].append(d.get("_delay_seconds"))
+        params["max_attempts"].append(d.get("max_attempts"))
+        for name in ("concurrency_key", "rate_key", "lane_key", "unique_key", "parent_id"):
+            params[name].append(d.get(name))
+    params["ord"] = list(range(1, len(jobs) + 1))
+    return params
+
+
+def select_unique_holders() -> Any:
+    """(id, namespace, unique_key) of the non-terminal jobs holding any of the given keys."""
+    pairs = select(
+        func.unnest(bindparam("namespaces", type_=ARRAY(Text))).label("namespace"),
+        func.unnest(bindparam("keys", type_=ARRAY(Text))).label("unique_key"),
+    ).subquery("pairs")
+    return select(Job.id, Job.namespace, Job.unique_key).join(
+        pairs,
+        (Job.namespace == pairs.c.namespace)
+        & (Job.unique_key == pairs.c.unique_key)
+        & Job.status.in_(ACTIVE_STATUSES),
+    )
+
+
+def unique_holders_params(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    return {"namespaces": [p[0] for p in pairs], "keys": [p[1] for p in pairs]}
+
+
+def cancel_waiting(job_id: int) -> Any:
+    """A ready or waiting job ends 'cancelled' at once."""
+    return (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_((JobStatus.READY, JobStatus.WAITING)))
+        .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=func.now())
+        .returning(Job.id)
+    )
+
+
+def request_cancel(job_id: int) -> Any:
+    """An executing job is asked to stop: its worker's next heartbeat cancels the handler."""
+    return (
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.EXECUTING)
+        .values(cancel_requested=True)
+        .returning(Job.id)
+    )
+
+
+def job_status(job_id: int) -> Any:
+    return select(Job.status).where(Job.id == job_id)
+
+
+def retry_job(job_id: int) -> Any:
+    """An operator's retry: a finished job goes back to 'ready' now with a fresh budget.
+    The only way out of a terminal state."""
+    return (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(TERMINAL_STATUSES))
+        .values(
+            status=JobStatus.READY,
+            run_at=func.now(),
+            attempts=0,
+            finished_at=None,
+            cancel_requested=False,
+            result=None,
+        )
+        .returning(Job.id)
+    )
