@@ -28,6 +28,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "InvalidJob": (".errors", "InvalidJob"),
     "InvalidJobArgs": (".errors", "InvalidJobArgs"),
     "Job": (".models", "Job"),
+    "JobBatch": (".app", "JobBatch"),
     "JobStatus": (".status", "JobStatus"),
     "LockUnavailable": (".errors", "LockUnavailable"),
     "PayloadTooLarge": (".errors", "PayloadTooLarge"),
@@ -53,6 +54,7 @@ __all__ = [
     "InvalidJob",
     "InvalidJobArgs",
     "Job",
+    "JobBatch",
     "JobStatus",
     "LockUnavailable",
     "PayloadTooLarge",
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from .app import Acta as Acta
     from .app import EnqueueResult as EnqueueResult
     from .app import Handler as Handler
+    from .app import JobBatch as JobBatch
     from .context import Context as Context
     from .errors import ActaError as ActaError
     from .errors import Cancel as Cancel

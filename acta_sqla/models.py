@@ -9,7 +9,6 @@ execution_options=acta_sqla.engine_options(schema))``.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -34,7 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
-from .errors import InvalidJob, InvalidJobArgs, PayloadTooLarge
+from .errors import InvalidJob, InvalidJobArgs
+from .payload import check_json
 from .settings import MAX_ARGS_BYTES
 from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
@@ -80,22 +80,6 @@ _TERMINAL_SQL = "status IN ('succeeded', 'failed', 'cancelled')"
 execution_id_seq = Sequence("execution_id_seq", metadata=Base.metadata)
 """The low 40 bits of the fencing token the claim mints (see ``WorkerSQL``); the high bits
 are the server's start time, so a token never repeats across a crash."""
-
-
-def _check_json(field: str, value: Any, limit: int) -> Any:
-    try:
-        encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidJobArgs(
-            f"{field} must be JSON-serializable (dict, list, str, int, float, bool, None): {exc}; "
-            "pass ids or ISO strings instead of objects"
-        ) from None
-    if len(encoded) > limit:
-        raise PayloadTooLarge(
-            f"{field} is {len(encoded):,} bytes as JSON; the limit is {limit:,}. Store large data "
-            "in your own table and pass its id"
-        )
-    return value
 
 
 class Job(Base):
@@ -219,7 +203,7 @@ class Job(Base):
     def _validate_args(self, _key: str, value: Any) -> Any:
         if not isinstance(value, dict):
             raise InvalidJobArgs(f"args must be a dict of keyword arguments, got {value!r}")
-        return _check_json("args", value, MAX_ARGS_BYTES)
+        return check_json("args", value, MAX_ARGS_BYTES)
 
     @validates("priority", "max_attempts")
     def _validate_ints(self, key: str, value: Any) -> Any:

@@ -3,7 +3,7 @@
 setup   : ``acta_sqla.migrate.upgrade`` (acta's own Alembic migrations)
 enqueue : single  = ``session.add(noop.job(i=i))`` + ``await session.commit()`` per job on an
                     ``AsyncSession`` (asyncpg): one job per transaction
-          bulk    = ``await acta.enqueue_many(session, [1,000 jobs])`` + commit per call
+          bulk    = ``await acta.enqueue_many(session, noop.jobs([1,000 args]))`` + commit per call
           latency = one job per transaction, ``BENCH_LAT_SPACING`` apart, each carrying ``ts``
 The worker is the real ``acta worker --app benchmarks.app:acta`` (started by the harness).
 """
@@ -44,7 +44,7 @@ async def enqueue(mode: str, n: int) -> dict[str, float]:
                 t = time.monotonic()
                 for start in range(0, n, BULK_CHUNK):
                     b = time.monotonic()
-                    jobs = [noop.job(i=i) for i in range(start, min(n, start + BULK_CHUNK))]
+                    jobs = noop.jobs([{"i": i} for i in range(start, min(n, start + BULK_CHUNK))])
                     build += time.monotonic() - b
                     await acta.enqueue_many(session, jobs)
                     await session.commit()

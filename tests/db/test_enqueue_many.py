@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import event, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
@@ -157,3 +157,62 @@ def test_enqueue_many_sync(sync_session: Session) -> None:
     assert results[0].inserted and not results[1].inserted
     assert results[1].id == results[0].id
     assert sync_session.scalars(select(Job.args)).all() == [{"user_id": 1}]
+
+
+# ---------------------------------------------------------------- handler.jobs(): the batch path
+
+
+async def test_handler_jobs_batch_inserts_validated_args_in_order(async_session) -> None:  # type: ignore[no-untyped-def]
+    from acta_sqla import Acta
+
+    app = Acta()
+
+    @app.job(priority=3)
+    async def mail(ctx: Context, user_id: int, template: str = "basic") -> None: ...
+
+    batch = mail.jobs([{"user_id": "7"}, {"user_id": 8, "template": "vip"}], delay=60)
+    assert len(batch) == 2
+    results = await app.enqueue_many(async_session, batch)
+    await async_session.commit()
+    assert [r.inserted for r in results] == [True, True]
+    rows = (
+        await async_session.execute(
+            text(
+                "SELECT id, args, priority, run_at > now() + interval '50 seconds' "
+                "FROM acta.job ORDER BY id"
+            )
+        )
+    ).all()
+    assert [r[0] for r in rows] == [r.id for r in results]
+    assert [r[1] for r in rows] == [{"user_id": 7}, {"user_id": 8, "template": "vip"}]
+    assert {r[2] for r in rows} == {3} and all(r[3] for r in rows)
+
+
+async def test_handler_jobs_names_the_bad_job_and_field() -> None:
+    from acta_sqla import Acta, InvalidJob, InvalidJobArgs
+
+    app = Acta()
+
+    @app.job
+    async def mail(ctx: Context, user_id: int) -> None: ...
+
+    with pytest.raises(InvalidJobArgs, match=r"job 1: argument 'user_id'='x'"):
+        mail.jobs([{"user_id": 1}, {"user_id": "x"}])
+    with pytest.raises(InvalidJob, match="unique_key"):
+        mail.jobs([{"user_id": 1}], unique_key="k")
+
+
+async def test_handler_jobs_render_unique_keys_per_job(async_session) -> None:  # type: ignore[no-untyped-def]
+    from acta_sqla import Acta
+
+    app = Acta()
+
+    @app.job(unique_key="sync:{account}")
+    async def sync(ctx: Context, account: int) -> None: ...
+
+    first = await app.enqueue_many(async_session, sync.jobs([{"account": 1}, {"account": 2}]))
+    again = await app.enqueue_many(async_session, sync.jobs([{"account": 2}, {"account": 3}]))
+    await async_session.commit()
+    assert [r.inserted for r in first] == [True, True]
+    assert again[0].id == first[1].id and not again[0].inserted
+    assert again[1].inserted
