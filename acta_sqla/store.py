@@ -256,6 +256,11 @@ class WorkerStore:
         )
         self.worker_id = int(rows[0]["id"])
         self._name(self.worker_id)
+        # The admin connection was opened before the id was known: rename it in place, so
+        # that every connection of this worker is findable in pg_stat_activity.
+        await self.admin_conn.execute(
+            "SELECT set_config('application_name', $1, false)", self.admin_conn.application_name
+        )
         return self.worker_id
 
     async def store_definitions(self, declared: dict[str, dict[str, Any]]) -> None:
