@@ -256,6 +256,8 @@ class Worker(Base):
         _status_type(WorkerStatus, "status"), default=WorkerStatus.RUNNING
     )
     executors: Mapped[int] = mapped_column(Integer)
+    heartbeat_seconds: Mapped[float] = mapped_column(Double, server_default="45")
+    """This worker's own heartbeat interval: recovery calls it dead after 7 of its beats."""
     kinds: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
     version: Mapped[str] = mapped_column(Text, server_default="")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

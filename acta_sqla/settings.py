@@ -36,6 +36,8 @@ WRITE_REPEAT_MAX_SECONDS = 30.0
 WRITE_REPEAT_JITTER = 0.25
 WRITE_REPEAT_WARNINGS = 3
 """Failed completion writes log a warning this many times, then an error per try."""
+WORKER_DEAD_BEATS = 7
+"""A worker silent for this many of its own heartbeats is dead."""
 DEFAULT_TIMEOUT_SECONDS = 300.0
 """Default execution timeout of one attempt."""
 DEFAULT_MAX_ATTEMPTS = 20
@@ -171,7 +173,7 @@ class Timings:
             # and a cancelled one still has (lease - deadline) to stop before another worker
             # may take the row.
             attempt_deadline=(heartbeat + lease) / 2,
-            worker_dead_after=7 * heartbeat,
+            worker_dead_after=WORKER_DEAD_BEATS * heartbeat,
             recovery_interval=lease,
         )
 

@@ -16,7 +16,7 @@ from loguru import logger
 
 from .errors import ActaError, ConfigurationError, DuplicateJob
 from .queries import WorkerSQL
-from .settings import ActaSettings, Timings
+from .settings import WORKER_DEAD_BEATS, ActaSettings, Timings
 from .values import ClaimedJob, Completion, HeartbeatReport
 
 if TYPE_CHECKING:
@@ -208,13 +208,11 @@ class WorkerStore:
         self.namespace = namespace
         self.timings = timings
         self.worker_id: int | None = None
-        # The claim commits without waiting for its WAL flush. A claim lost to a database
-        # crash is a claim whose answer was lost: the row is simply still 'ready', and a
-        # completion for it is fenced out (the execution id it carries was never stored).
-        # Completions and renewals stay fully durable.
-        self.claim_conn = RoleConnection(
-            dsn, "claim", timeout=30.0, settings={"synchronous_commit": "off"}
-        )
+        # The claim commits durably (the server's synchronous_commit) before any handler
+        # starts: an asynchronous commit saved a WAL flush per claim, but a database crash
+        # could then lose a claim whose handler already ran, and another worker would run
+        # the same job at the same time (tests/faults/test_lost_claim.py).
+        self.claim_conn = RoleConnection(dsn, "claim", timeout=30.0)
         self.complete_conn = RoleConnection(dsn, "complete", timeout=60.0)
         self.heartbeat_conn = RoleConnection(dsn, "heartbeat", timeout=max(10.0, timings.heartbeat))
         self.admin_conn = RoleConnection(dsn, "admin", timeout=30.0)
@@ -253,6 +251,7 @@ class WorkerStore:
             executors,
             json.dumps(kinds),
             version,
+            self.timings.heartbeat,
         )
         self.worker_id = int(rows[0]["id"])
         self._name(self.worker_id)
@@ -397,7 +396,7 @@ class WorkerStore:
 
     async def mark_dead_workers(self) -> list[int]:
         rows = await self.admin_conn.fetch(
-            self.sql.mark_dead_workers, self.namespace, self.timings.worker_dead_after
+            self.sql.mark_dead_workers, self.namespace, float(WORKER_DEAD_BEATS)
         )
         return [r["id"] for r in rows]
 

@@ -111,8 +111,9 @@ class WorkerSQL:
             INSERT INTO {s}.namespace (name) VALUES ($1) ON CONFLICT (name) DO NOTHING"""
 
         self.register_worker = f"""
-            INSERT INTO {s}.worker (namespace, hostname, pid, status, executors, kinds, version)
-            VALUES ($1, $2, $3, 'running', $4, $5::jsonb, $6)
+            INSERT INTO {s}.worker (namespace, hostname, pid, status, executors, kinds, version,
+                                    heartbeat_seconds)
+            VALUES ($1, $2, $3, 'running', $4, $5::jsonb, $6, $7)
             RETURNING id"""
 
         # Store the code's declared policies; a change moves the namespace's definitions
@@ -283,13 +284,14 @@ class WorkerSQL:
             )
             SELECT r.id, r.status, e.charged FROM recovered r JOIN expired e ON e.id = r.id"""
 
-        # Recovery, step 2: workers silent for 7 beats are dead; their locks and concurrency
+        # Recovery, step 2: workers silent for 7 of their own beats are dead (each row keeps
+        # its worker's interval: a namespace may mix settings); their locks and concurrency
         # slots are freed.
         self.mark_dead_workers = f"""
             WITH dead AS (
                 UPDATE {s}.worker SET status = 'dead', stopped_at = now()
                 WHERE namespace = $1 AND status = 'running'
-                  AND heartbeat_at < now() - make_interval(secs => $2)
+                  AND heartbeat_at < now() - make_interval(secs => $2 * heartbeat_seconds)
                 RETURNING id
             ),
             locks AS (

@@ -67,6 +67,10 @@ class Heartbeat:
                 await task
             except asyncio.CancelledError:
                 pass
+            except Exception as exc:
+                # Already reported when it happened (the supervisor stops the worker);
+                # shutdown goes on so that the rest still closes cleanly.
+                log.bind(event="heartbeat_failed").warning("heartbeat had failed: {}", exc)
 
     async def run(self) -> None:
         while not self._stop.is_set():

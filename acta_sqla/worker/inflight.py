@@ -52,7 +52,9 @@ class Entry:
 
     def rearm(self, deadline: float) -> None:
         self.deadline = deadline
-        if self.scope is not None and self.stop_reason is None:
+        # A scope whose timer already fired (EXPIRING, in this very loop iteration) cannot
+        # be rescheduled; its handler is being cancelled and the executor reports why.
+        if self.scope is not None and self.stop_reason is None and not self.scope.expired():
             self.scope.reschedule(min(self.deadline, self.timeout_at))
 
 
@@ -86,7 +88,7 @@ class Registry:
         if entry.state is EntryState.FINALIZING or entry.stop_reason is not None:
             return
         entry.stop_reason = reason
-        if entry.scope is not None:
+        if entry.scope is not None and not entry.scope.expired():
             entry.scope.reschedule(now)
 
 

@@ -243,6 +243,7 @@ def upgrade() -> None:
         sa.Column("pid", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("executors", sa.Integer(), nullable=False),
+        sa.Column("heartbeat_seconds", sa.Double(), server_default="45", nullable=False),
         sa.Column(
             "kinds", postgresql.JSONB(astext_type=sa.Text()), server_default="[]", nullable=False
         ),

@@ -350,3 +350,26 @@ async def test_named_locks_are_exclusive_fenced_and_expire_with_their_lease(
     await conn.execute("UPDATE acta.lock SET lease_expires_at = now() - interval '1 second'")
     assert await store.take_lock("acct:1", a.id, a.execution_id)
     assert await conn.fetchval("SELECT job_id FROM acta.lock WHERE name = 'acct:1'") == a.id
+
+
+async def test_a_worker_is_dead_after_seven_of_its_own_beats_whoever_recovers(
+    db: str, conn: asyncpg.Connection
+) -> None:
+    fast = WorkerStore(db, "acta", "default", Timings.from_heartbeat(0.5))
+    slow = await new_store(db)  # 45 s beats
+    try:
+        await fast.register_worker("h", 1, 8, [], "t")
+        await conn.execute(
+            "UPDATE acta.worker SET heartbeat_at = now() - interval '30 seconds' WHERE id = $1",
+            slow.worker_id,
+        )
+        # 30 s is 60 of the fast worker's beats but not 7 of the slow one's.
+        assert await fast.mark_dead_workers() == []
+        await conn.execute(
+            "UPDATE acta.worker SET heartbeat_at = now() - interval '316 seconds' WHERE id = $1",
+            slow.worker_id,
+        )
+        assert await fast.mark_dead_workers() == [slow.worker_id]
+    finally:
+        await fast.close()
+        await slow.close()

@@ -1,0 +1,73 @@
+"""The app the fault-injection tests run in real `acta worker` processes (and in-process).
+
+Every handler start and end is appended to the file named by ACTA_FAULTS_LOG as one line
+``<event> <job_id> <execution_id> <attempt> <pid> <monotonic seconds>``; ``event`` is
+``start``, ``end`` (returned), ``cancel`` (cancelled: deadline, lease lost, shutdown) or
+``error`` (raised). Each line is one ``write`` on an ``O_APPEND`` descriptor, so lines from
+several processes never interleave, and ``time.monotonic()`` is CLOCK_MONOTONIC, one clock
+for every process on the machine: the checker compares handler times across workers.
+
+Every handler returns ``{"pid": ..., "execution": ...}`` so that a job's stored result
+names the attempt that wrote it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from acta_sqla import Acta, Context
+
+acta = Acta(namespace="faults")
+
+
+def record(event: str, ctx: Context) -> None:
+    path = os.environ.get("ACTA_FAULTS_LOG")
+    if not path:
+        return
+    line = (
+        f"{event} {ctx.job_id} {ctx.execution_id} {ctx.attempt} {os.getpid()} "
+        f"{time.monotonic():.6f}\n"
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+async def _run(ctx: Context, seconds: float) -> dict[str, Any]:
+    record("start", ctx)
+    try:
+        if seconds > 0:
+            await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        record("cancel", ctx)
+        raise
+    except BaseException:
+        record("error", ctx)
+        raise
+    record("end", ctx)
+    return {"pid": os.getpid(), "execution": ctx.execution_id}
+
+
+@acta.job(timeout=120)
+async def quick(ctx: Context, pause: float = 0.0) -> dict[str, Any]:
+    """Sleeps ``pause`` seconds."""
+    return await _run(ctx, pause)
+
+
+@acta.job(timeout=120)
+async def slow_in(ctx: Context, pid: int, slow: float, fast: float = 0.0) -> dict[str, Any]:
+    """Sleeps ``slow`` seconds in the worker process ``pid``, ``fast`` seconds anywhere else:
+    the test knows which worker it will stop or kill, whatever the attempt count says."""
+    return await _run(ctx, slow if os.getpid() == pid else fast)
+
+
+@acta.job(timeout=120, max_attempts=1)
+async def exits_worker(ctx: Context) -> None:
+    """Takes its worker down at once, as a segfaulting C extension would."""
+    record("start", ctx)
+    os._exit(3)

@@ -1,0 +1,285 @@
+"""Fixtures of the fault-injection tests: real `acta worker` processes with short clocks,
+the oracle (status-log trigger + run log), and a private PostgreSQL cluster to restart.
+
+* ``faults_db``: the session's test database, emptied, with the status-log trigger
+  installed for this test only (dropped afterwards, so other test tiers never see it).
+* ``sql``: run a statement on the database of the test (autocommit), rows back.
+* ``runs_log``: the file the handlers of ``tests.faults.app`` append their runs to.
+* ``workers``: start ``acta worker --app tests.faults.app:acta`` processes; by default
+  with ``ACTA_HEARTBEAT_INTERVAL=0.5`` (lease 2 s, attempt deadline 1.25 s, worker dead
+  after 3.5 s, recovery every 2 s). Every process still alive at the end is killed.
+* ``private_cluster`` (module): a PostgreSQL cluster of this test module's own, which the
+  restart tests may restart; ``private_db`` a fresh database on it, migrated, with the
+  oracle installed. The machine's shared server is never stopped or restarted.
+
+The checker of invariants I1-I6 is :func:`tests.faults.oracle.check`. Waits poll the
+database or the run log with deadlines (``wait_for``). The default run takes about 70 s
+on two cores; ``pytest -m soak tests/faults`` adds a long random-fault soak.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from acta_sqla import migrate
+from tests.e2e.conftest import acta_command, wait_for
+
+from . import oracle
+from .cluster import PrivateCluster
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.faults.app:acta"
+NAMESPACE = "faults"
+SHORT_CLOCK = {"ACTA_HEARTBEAT_INTERVAL": "0.5"}
+"""Lease 2 s, attempt deadline 1.25 s, worker dead after 3.5 s, recovery every 2 s."""
+
+__all__ = ["APP", "NAMESPACE", "SHORT_CLOCK", "Sql", "Worker", "wait_for"]
+
+Sql = Callable[..., list[tuple[Any, ...]]]
+
+
+def sql_runner(url: str) -> tuple[Sql, psycopg.Connection]:
+    conn = psycopg.connect(url, autocommit=True)
+
+    def run(query: str, *params: object) -> list[tuple[Any, ...]]:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+    return run, conn
+
+
+@pytest.fixture
+def faults_db(db: str) -> Iterator[str]:
+    oracle.install(db)
+    try:
+        yield db
+    finally:
+        oracle.uninstall(db)
+
+
+@pytest.fixture
+def sql(faults_db: str) -> Iterator[Sql]:
+    run, conn = sql_runner(faults_db)
+    yield run
+    conn.close()
+
+
+@pytest.fixture
+def runs_log(tmp_path: Path) -> Path:
+    return tmp_path / "runs.log"
+
+
+@dataclass
+class Worker:
+    """One `acta worker` process."""
+
+    proc: subprocess.Popen[str]
+    output_path: Path
+    sql: Sql
+    killed_at: float | None = None
+    id: int | None = field(default=None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        if sig == signal.SIGKILL:
+            self.killed_at = time.monotonic()
+        self.proc.send_signal(sig)
+
+    def kill(self) -> float:
+        """SIGKILL; the CLOCK_MONOTONIC time of the kill (for the checker)."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        assert self.killed_at is not None
+        return self.killed_at
+
+    def wait(self, timeout: float = 60.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return self.output_path.read_text() if self.output_path.exists() else ""
+
+    def wait_ready(self, timeout: float = 30.0) -> int:
+        """Wait until the worker has registered and LISTENs; its worker id."""
+
+        def ready() -> int | None:
+            if not self.alive():
+                raise AssertionError(f"worker {self.pid} exited early:\n{self.output()}")
+            rows = self.sql(
+                "SELECT w.id FROM acta.worker w JOIN pg_stat_activity a "
+                "ON a.application_name = 'acta:listen:' || w.id "
+                "AND a.datname = current_database() WHERE w.pid = %s AND w.status = 'running'",
+                self.pid,
+            )
+            return int(rows[0][0]) if rows else None
+
+        self.id = int(wait_for(ready, timeout, f"worker {self.pid} to be ready"))  # type: ignore[arg-type]
+        return self.id
+
+    def backend(self, role: str, *, or_unnamed: bool = False) -> int | None:
+        """The server pid of this worker's connection of ``role`` (None: not connected).
+
+        ``or_unnamed``: also accept ``acta:<role>`` without the worker id (the admin
+        connection is opened before the worker has an id, see test_connections.py); only
+        meaningful while this worker is the only one on the database."""
+        names = [f"acta:{role}:{self.id}"] + ([f"acta:{role}"] if or_unnamed else [])
+        rows = self.sql(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = ANY(%s) "
+            "AND datname = current_database()",
+            names,
+        )
+        return int(rows[0][0]) if rows else None
+
+
+WorkerFactory = Callable[..., Worker]
+
+
+def make_workers(
+    url: str, sql: Sql, runs_log: Path, tmp_path: Path
+) -> tuple[WorkerFactory, list[Worker]]:
+    started: list[Worker] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, ready: bool = True) -> Worker:
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("ACTA_") or k == "ACTA_TEST_DATABASE_URL"
+        }
+        full_env.pop("ACTA_TEST_DATABASE_URL", None)
+        full_env.update(
+            ACTA_DATABASE_URL=url,
+            ACTA_FAULTS_LOG=str(runs_log),
+            PYTHONPATH=str(REPO_ROOT),
+            **SHORT_CLOCK,
+        )
+        full_env.update(env or {})
+        out_path = tmp_path / f"worker-{len(started)}.log"
+        with out_path.open("w") as out:
+            proc = subprocess.Popen(
+                [*acta_command(), "worker", "--app", APP, *args],
+                cwd=REPO_ROOT,
+                env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        worker = Worker(proc, out_path, sql)
+        started.append(worker)
+        if ready:
+            worker.wait_ready()
+        return worker
+
+    return start, started
+
+
+def stop_all(started: list[Worker]) -> None:
+    for w in started:
+        if w.alive():
+            w.proc.send_signal(signal.SIGKILL)
+            w.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def workers(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[WorkerFactory]:
+    start, started = make_workers(faults_db, sql, runs_log, tmp_path)
+    yield start
+    stop_all(started)
+
+
+def enqueue(sql: Sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:
+    """Insert ``n`` jobs of ``kind`` in one committed statement; their ids."""
+    names = "".join(f", {k}" for k in cols)
+    values = "".join(", %s" for _ in cols)
+    rows = sql(
+        f"INSERT INTO acta.job (namespace, kind, args{names}) "
+        f"SELECT %s, %s, %s::jsonb{values} FROM generate_series(1, %s) RETURNING id",
+        NAMESPACE,
+        kind,
+        args,
+        *cols.values(),
+        n,
+    )
+    return sorted(r[0] for r in rows)
+
+
+def count_status(sql: Sql, *statuses: str) -> int:
+    return int(sql("SELECT count(*) FROM acta.job WHERE status = ANY(%s)", list(statuses))[0][0])
+
+
+def all_terminal(sql: Sql, n: int) -> bool:
+    return count_status(sql, "succeeded", "failed", "cancelled") >= n
+
+
+# ------------------------------------------------------------------ the private cluster
+
+
+@pytest.fixture(scope="module")
+def private_cluster() -> Iterator[PrivateCluster]:
+    cluster = PrivateCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def private_db(private_cluster: PrivateCluster) -> str:
+    url = private_cluster.create_database(f"acta_faults_{secrets.token_hex(4)}")
+    migrate.upgrade(url)
+    oracle.install(url)
+    return url
+
+
+def claim_latency(sql: Sql, job: int) -> float | None:
+    """Seconds from a job's insert to its first claim, both by the database clock."""
+    log = f"{oracle.ORACLE_SCHEMA}.status_change"
+    rows = sql(
+        f"SELECT extract(epoch FROM c.at - i.at)::float8 FROM {log} i "
+        f"JOIN {log} c ON c.job_id = i.job_id "
+        "AND c.old_status = 'ready' AND c.new_status = 'executing' "
+        "WHERE i.job_id = %s AND i.old_status IS NULL ORDER BY c.seq LIMIT 1",
+        job,
+    )
+    return float(rows[0][0]) if rows else None
+
+
+def pickup_latencies(sql: Sql, n: int = 5) -> list[float]:
+    """Enqueue ``n`` jobs one at a time into an idle worker and return how long each took
+    to be claimed. Run the worker with ``ACTA_SAFETY_POLL_INTERVAL=5``: then a pickup well
+    under a second can only come from a NOTIFY wake-up, not from the idle poll."""
+    out = []
+    for _ in range(n):
+        [job] = enqueue(sql, "quick")
+        found = wait_for(
+            lambda: [x for x in [claim_latency(sql, job)] if x is not None],  # noqa: B023
+            15,
+            f"job {job} to be claimed",
+        )
+        out.append(found[0])  # type: ignore[index]
+        wait_for(
+            lambda: sql("SELECT status FROM acta.job WHERE id = %s", job) == [("succeeded",)],  # noqa: B023
+            15,
+            f"job {job} to succeed",
+        )
+    return out
+
+
+SLOW_POLL = {"ACTA_SAFETY_POLL_INTERVAL": "5"}
+"""A long idle poll, so that a fast pickup proves the NOTIFY path."""
