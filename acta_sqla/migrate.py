@@ -17,12 +17,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from .errors import ConfigurationError
 from .models import SCHEMA, Base
-from .settings import ActaSettings, load_settings
+from .settings import SCHEMA_HEAD, SCHEMA_VERSION_TABLE, ActaSettings, load_settings
 
-VERSION_TABLE = "alembic_version"
-HEAD = "0001"
-"""The newest revision in alembic/versions (a test checks it against Alembic's own view).
-Kept as a constant so that a worker can check the schema without loading Alembic."""
+# Constants live in settings so that a worker can check the schema without importing this
+# module (and SQLAlchemy with it).
+VERSION_TABLE = SCHEMA_VERSION_TABLE
+HEAD = SCHEMA_HEAD
 _target_schema: str = SCHEMA
 
 

@@ -18,6 +18,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
 
+SCHEMA_HEAD = "0001"
+"""The newest revision in alembic/versions (a test checks it against Alembic's own view)."""
+SCHEMA_VERSION_TABLE = "alembic_version"
+
 # ---------------------------------------------------------------- constants (seed)
 POLL_FLOOR_SECONDS = 0.05
 """The shortest idle sleep of the claimer."""

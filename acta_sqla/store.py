@@ -16,7 +16,13 @@ from loguru import logger
 
 from .errors import ActaError, ConfigurationError, DuplicateJob
 from .queries import WorkerSQL
-from .settings import WORKER_DEAD_BEATS, ActaSettings, Timings
+from .settings import (
+    SCHEMA_HEAD,
+    SCHEMA_VERSION_TABLE,
+    WORKER_DEAD_BEATS,
+    ActaSettings,
+    Timings,
+)
 from .values import ClaimedJob, Completion, HeartbeatReport
 
 if TYPE_CHECKING:
@@ -408,16 +414,15 @@ class WorkerStore:
 
     async def check_schema(self) -> None:
         """Fail with what to do when acta's tables are missing or behind this code."""
-        from .migrate import HEAD, VERSION_TABLE
 
         rows = await self.admin_conn.fetch(
-            "SELECT to_regclass($1)::text", f"{self.sql.schema}.{VERSION_TABLE}"
+            "SELECT to_regclass($1)::text", f"{self.sql.schema}.{SCHEMA_VERSION_TABLE}"
         )
-        head = HEAD
+        head = SCHEMA_HEAD
         current = None
         if rows and rows[0][0] is not None:
             found = await self.admin_conn.fetch(
-                f'SELECT version_num FROM "{self.sql.schema}".{VERSION_TABLE}'
+                f'SELECT version_num FROM "{self.sql.schema}".{SCHEMA_VERSION_TABLE}'
             )
             current = found[0][0] if found else None
         if current != head:
