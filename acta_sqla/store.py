@@ -308,21 +308,37 @@ class WorkerStore:
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
         write applied (the others' leases were lost, or an earlier try landed)."""
+        # Completion is a NamedTuple: zip(*batch) turns the batch into its columns in C.
+        (
+            job_id,
+            execution_id,
+            outcome,
+            status,
+            attempt,
+            delay,
+            charge,
+            result,
+            error_type,
+            error_message,
+            traceback,
+            ran_seconds,
+            record,
+        ) = zip(*batch, strict=True)
         rows = await self.complete_conn.fetch(
             self.sql.complete_executions,
-            [c.job_id for c in batch],
-            [c.execution_id for c in batch],
-            [c.status for c in batch],
-            [c.outcome.value for c in batch],
-            [c.delay for c in batch],
-            [c.charge for c in batch],
-            [c.result_json for c in batch],
-            [c.error_type for c in batch],
-            [c.error_message for c in batch],
-            [c.traceback for c in batch],
-            [c.ran_seconds for c in batch],
-            [c.record for c in batch],
-            [c.attempt for c in batch],
+            job_id,
+            execution_id,
+            status,
+            outcome,
+            delay,
+            charge,
+            result,
+            error_type,
+            error_message,
+            traceback,
+            ran_seconds,
+            record,
+            attempt,
             self.worker_id,
         )
         return {r[0] for r in rows}
