@@ -308,38 +308,10 @@ class WorkerStore:
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
         write applied (the others' leases were lost, or an earlier try landed)."""
-        # Completion is a NamedTuple: zip(*batch) turns the batch into its columns in C.
-        (
-            job_id,
-            execution_id,
-            outcome,
-            status,
-            attempt,
-            delay,
-            charge,
-            result,
-            error_type,
-            error_message,
-            traceback,
-            ran_seconds,
-            record,
-        ) = zip(*batch, strict=True)
+        # Completion is a NamedTuple whose fields are the statement's arrays, in order:
+        # zip(*batch) turns the batch into those columns in C.
         rows = await self.complete_conn.fetch(
-            self.sql.complete_executions,
-            job_id,
-            execution_id,
-            status,
-            outcome,
-            delay,
-            charge,
-            result,
-            error_type,
-            error_message,
-            traceback,
-            ran_seconds,
-            record,
-            attempt,
-            self.worker_id,
+            self.sql.complete_executions, *zip(*batch, strict=True), self.worker_id
         )
         return {r[0] for r in rows}
 

@@ -65,12 +65,13 @@ class WorkerSQL:
         # already) matches nothing and is reported as lease lost, never applied twice.
         self.complete_executions = f"""
             WITH c AS (
+                -- One array per field of Completion, in its field order.
                 SELECT * FROM unnest(
-                    $1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::float8[],
-                    $6::int[], $7::text[], $8::text[], $9::text[], $10::text[],
-                    $11::float8[], $12::bool[], $13::int[]
-                ) AS c(job_id, execution_id, status, outcome, delay, charge, result,
-                       error_type, error_message, traceback, ran_seconds, record, attempt)
+                    $1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::int[],
+                    $6::float8[], $7::int[], $8::text[], $9::text[], $10::text[], $11::text[],
+                    $12::float8[], $13::bool[]
+                ) AS c(job_id, execution_id, outcome, status, attempt, delay, charge, result,
+                       error_type, error_message, traceback, ran_seconds, record)
             ),
             done AS (
                 UPDATE {s}.job AS j SET
