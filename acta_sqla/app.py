@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 
 from .errors import ConfigurationError, InvalidJob, InvalidJobArgs, UnknownJobKind
 from .payload import check_json
-from .policy import Policy, render_key
+from .policy import Policy, render_key, template_fields
 from .settings import MAX_ARGS_BYTES, NAMESPACE_PATTERN
 
 if TYPE_CHECKING:
@@ -95,6 +95,24 @@ def _args_model(fn: Callable[..., Any], kind: str) -> tuple[type[BaseModel], tup
         **fields,
     )
     return model, tuple(names)
+
+
+def _check_templates(handler: Handler[Any, Any]) -> None:
+    """A key template may only name the handler's own parameters: a typo fails at import,
+    not at the first enqueue."""
+    if handler.args_model.model_config.get("extra") == "allow":
+        return  # **kwargs: any name may arrive
+    policy = handler.policy
+    for option in ("unique_key", "lane", "concurrency_key", "rate_key"):
+        template = getattr(policy, option)
+        if template is None:
+            continue
+        unknown = [f for f in template_fields(template) if f not in handler.arg_names]
+        if unknown:
+            raise ConfigurationError(
+                f"handler {handler.kind!r}: {option}={template!r} names {unknown}, which "
+                f"is not among its parameters ({', '.join(handler.arg_names) or 'none'})"
+            )
 
 
 class Handler(Generic[P, R]):
@@ -304,6 +322,7 @@ class Acta:
                     "pass kind= to tell them apart"
                 )
             handler: Handler[Any, Any] = Handler(self, func, name, resolved)
+            _check_templates(handler)
             self.handlers[name] = handler
             return handler
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -223,7 +222,3 @@ def _is_data_error(exc: asyncpg.PostgresError) -> bool:
     """True for errors about the statement's data (22xxx, 23xxx...), not its connection."""
     state = getattr(exc, "sqlstate", None) or ""
     return state[:2] not in _CONNECTION_CLASSES and state[:2] in ("22", "23", "42", "XX")
-
-
-def outcome_counts(batch: Sequence[Completion]) -> Counter[str]:
-    return Counter(c.outcome.value for c in batch)

@@ -96,3 +96,18 @@ def test_key_templates() -> None:
     assert render_key(None, {}, "lane", "k") is None
     with pytest.raises(InvalidJobArgs, match="needs argument 'customer_id'"):
         render_key("customer:{customer_id}", {}, "concurrency_key", "charge")
+
+
+def test_a_key_template_naming_an_unknown_parameter_fails_at_registration() -> None:
+    from acta_sqla import Acta, ConfigurationError
+
+    app = Acta()
+    with pytest.raises(ConfigurationError, match=r"concurrency_key='customer:\{custmer_id\}'"):
+
+        @app.job(concurrency_key="customer:{custmer_id}")
+        async def bill(ctx: Context, customer_id: int) -> None: ...
+
+    @app.job(unique_key="sync:{account}")
+    async def sync(ctx: Context, account: int) -> None: ...
+
+    assert "sync" in app.handlers
