@@ -231,7 +231,8 @@ async def test_full_completed_channel_holds_the_permit(h: Harness) -> None:
     entry = small.registry.add(job(8, "ok", '{"n": 1}'), loop.time() + 3600)
     task = asyncio.create_task(small.executor.run_once(entry))
     await until(lambda: entry.state is EntryState.FINALIZING)
-    await asyncio.sleep(0.01)
+    for _ in range(20):  # the executor gets every chance to run: it must stay blocked
+        await asyncio.sleep(0)
     assert not task.done()
     assert small.permits.free == 3  # intake stays stopped while the finalizer is behind
     small.completed.get_nowait()
