@@ -166,19 +166,16 @@ class RoleConnection:
             conn.terminate()
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        async with self._busy:
-            conn = await self.get()
-            try:
-                return await conn.fetch(sql, *args, timeout=self.timeout)
-            except _CONNECTION_ERRORS as exc:
-                await self.discard()
-                raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
+        return await self._run("fetch", sql, args)  # type: ignore[no-any-return]
 
     async def execute(self, sql: str, *args: Any) -> str:
+        return await self._run("execute", sql, args)  # type: ignore[no-any-return]
+
+    async def _run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
         async with self._busy:
             conn = await self.get()
             try:
-                return await conn.execute(sql, *args, timeout=self.timeout)
+                return await getattr(conn, method)(sql, *args, timeout=self.timeout)
             except _CONNECTION_ERRORS as exc:
                 await self.discard()
                 raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc

@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from tests.waiting import wait_for as wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,18 +20,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def acta_command() -> list[str]:
     script = Path(sys.executable).parent / "acta"
     return [str(script)] if script.exists() else [sys.executable, "-m", "acta_sqla.cli"]
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> object:
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 class WorkerProcess:

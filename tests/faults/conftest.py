@@ -19,6 +19,7 @@ on two cores; ``pytest -m soak tests/faults`` adds a long random-fault soak.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -229,14 +230,21 @@ def all_terminal(sql: Sql, n: int) -> bool:
 # ------------------------------------------------------------------ the private cluster
 
 
-@pytest.fixture(scope="module")
-def private_cluster() -> Iterator[PrivateCluster]:
+@contextlib.contextmanager
+def running_cluster() -> Iterator[PrivateCluster]:
+    """A private PostgreSQL cluster, stopped and removed afterwards."""
     cluster = PrivateCluster()
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def private_cluster() -> Iterator[PrivateCluster]:
+    with running_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

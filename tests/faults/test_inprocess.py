@@ -26,6 +26,7 @@ from acta_sqla.worker.claimer import Claimer
 from acta_sqla.worker.executor import Executor
 from acta_sqla.worker.inflight import Entry, EntryState
 from acta_sqla.worker.recovery import run_recovery
+from tests.waiting import until
 
 from . import oracle
 from .app import acta
@@ -34,18 +35,6 @@ from .conftest import NAMESPACE, Sql, WorkerFactory, enqueue
 
 def settings(url: str, **overrides: Any) -> ActaSettings:
     return load_settings(database_url=url, namespace=NAMESPACE, **overrides)
-
-
-async def until(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> Any:
-    """``wait_for`` for async tests: polls without blocking the loop the worker runs on."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
-        await asyncio.sleep(0.02)
 
 
 async def started(worker: Worker, task: asyncio.Task[None]) -> None:

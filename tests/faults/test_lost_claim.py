@@ -27,18 +27,15 @@ from acta_sqla import migrate
 
 from . import oracle
 from .cluster import PrivateCluster
-from .conftest import all_terminal, enqueue, make_workers, stop_all, wait_for
+from .conftest import all_terminal, enqueue, make_workers, running_cluster, stop_all, wait_for
 from .test_restart import Resilient
 
 
 @pytest.fixture
 def crash_cluster() -> Iterator[PrivateCluster]:
-    cluster = PrivateCluster()
-    try:
-        cluster.start()
+    # A cluster of its own: the test changes server settings (wal_writer_delay).
+    with running_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_a_claim_lost_in_a_crash_never_lets_two_handlers_run_one_job_at_once(

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 from acta_sqla.values import ClaimedJob, Completion, HeartbeatReport
+from tests.waiting import until as until
 
 
 def job(
@@ -92,10 +93,3 @@ class FakeStore:
         self.lock_beats.append(list(locks))
         assert self.report is not None
         return self.report
-
-
-async def until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    """Yield to the loop until ``predicate()`` holds; fail after ``timeout`` seconds."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.001)

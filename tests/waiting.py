@@ -1,0 +1,39 @@
+"""Waiting in tests: poll a condition with a deadline, never sleep and hope.
+
+``wait_for`` blocks (for tests that drive other processes); ``until`` yields to the event
+loop (for async tests whose subject runs on the same loop). Both return the predicate's
+first truthy value and fail, naming what they waited for, once the deadline passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _timed_out(timeout: float, what: str, predicate: object) -> AssertionError:
+    return AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 30.0, what: str = "", interval: float = 0.02
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise _timed_out(timeout, what, predicate)
+        time.sleep(interval)
+    return value
+
+
+async def until(
+    predicate: Callable[[], object], timeout: float = 30.0, what: str = "", interval: float = 0.002
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise _timed_out(timeout, what, predicate)
+        await asyncio.sleep(interval)
+    return value
