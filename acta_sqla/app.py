@@ -148,9 +148,9 @@ class Handler(Generic[P, R]):
         except Exception as exc:  # a value pydantic validated but cannot write as JSON
             raise InvalidJobArgs(f"{self.kind}: args cannot be stored as JSON: {exc}") from None
 
-    def load_args(self, stored: dict[str, Any]) -> dict[str, Any]:
-        """Turn stored JSON args back into the handler's keyword arguments."""
-        model = self.args_model.model_validate(stored)
+    def load_args(self, stored: str) -> dict[str, Any]:
+        """Turn stored JSON args (the text) back into the handler's keyword arguments."""
+        model = self.args_model.model_validate_json(stored)
         loaded = {name: getattr(model, name) for name in self.arg_names}
         if model.model_extra:
             loaded.update(model.model_extra)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,13 +20,23 @@ class Context:
 
     job_id: int
     kind: str
-    args: dict[str, Any]
+    args_json: str = field(repr=False)
+    """The job's arguments as stored (JSON text); ``args`` is them parsed."""
     attempt: int
     execution_id: int
     namespace: str
     worker_id: int | None = None
     _log: Any = field(default=None, repr=False)
     _locker: Any = field(default=None, repr=False)
+    _args: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The job's arguments as stored (the handler receives them validated, as its
+        keyword arguments); parsed on first use."""
+        if self._args is None:
+            self._args = json.loads(self.args_json)
+        return self._args
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractAsyncContextManager[None]:
         """Hold the named lock for the block: exclusive across every worker, renewed with

@@ -156,11 +156,14 @@ class Job(Base):
             unique=True,
             postgresql_where=text(f"unique_key IS NOT NULL AND {_ACTIVE_SQL}"),
         ),
+        # Recovery finds expired leases here. Partial on the lease, not on the status: a
+        # statement that fences rows by status (completion, heartbeat) must look them up
+        # by primary key, never scan the executing set (migration 0002 says why).
         Index(
             "job_lease_idx",
             "namespace",
             "lease_expires_at",
-            postgresql_where=text("status = 'executing'"),
+            postgresql_where=text("lease_expires_at IS NOT NULL"),
         ),
         Index(
             "job_finished_idx",

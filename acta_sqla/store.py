@@ -245,7 +245,6 @@ class WorkerStore:
     async def register_worker(
         self, hostname: str, pid: int, executors: int, kinds: list[str], version: str
     ) -> int:
-        await self.admin_conn.execute(self.sql.ensure_namespace, self.namespace)
         rows = await self.admin_conn.fetch(
             self.sql.register_worker,
             self.namespace,
@@ -255,15 +254,19 @@ class WorkerStore:
             json.dumps(kinds),
             version,
             self.timings.heartbeat,
+            f"acta:{self.admin_conn.role}:",
         )
         self.worker_id = int(rows[0]["id"])
         self._name(self.worker_id)
-        # The admin connection was opened before the id was known: rename it in place, so
-        # that every connection of this worker is findable in pg_stat_activity.
-        await self.admin_conn.execute(
-            "SELECT set_config('application_name', $1, false)", self.admin_conn.application_name
-        )
         return self.worker_id
+
+    async def open_stage_connections(self) -> None:
+        """Connect the claim, complete and heartbeat roles now, together, instead of one
+        by one on first use: called while start-up finishes on the admin connection. A
+        failure here is only logged by the caller; the role connects again on first use."""
+        await asyncio.gather(
+            self.claim_conn.get(), self.complete_conn.get(), self.heartbeat_conn.get()
+        )
 
     async def store_definitions(self, declared: dict[str, dict[str, Any]]) -> None:
         kinds = sorted(declared)
@@ -305,10 +308,10 @@ class WorkerStore:
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
         write applied (the others' leases were lost, or an earlier try landed)."""
-        # Completion is a NamedTuple whose fields are the statement's arrays, in order:
-        # zip(*batch) turns the batch into those columns in C.
+        # Completion is a NamedTuple whose fields are the statement's JSON items, in order:
+        # json.dumps writes each one as an array, in C.
         rows = await self.complete_conn.fetch(
-            self.sql.complete_executions, *zip(*batch, strict=True), self.worker_id
+            self.sql.complete_executions, json.dumps(batch), self.worker_id
         )
         return {r[0] for r in rows}
 
@@ -399,17 +402,14 @@ class WorkerStore:
 
     async def check_schema(self) -> None:
         """Fail with what to do when acta's tables are missing or behind this code."""
-
-        rows = await self.admin_conn.fetch(
-            "SELECT to_regclass($1)::text", f"{self.sql.schema}.{SCHEMA_VERSION_TABLE}"
-        )
         head = SCHEMA_HEAD
-        current = None
-        if rows and rows[0][0] is not None:
+        try:
             found = await self.admin_conn.fetch(
                 f'SELECT version_num FROM "{self.sql.schema}".{SCHEMA_VERSION_TABLE}'
             )
             current = found[0][0] if found else None
+        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+            current = None
         if current != head:
             raise ConfigurationError(
                 f"acta's schema {self.sql.schema!r} is at revision {current or 'none'}, this "

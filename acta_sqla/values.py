@@ -55,7 +55,7 @@ class Outcome(StrEnum):
     """Cancelled because a named lock it held was not renewed: it may be another's now."""
 
 
-class Completion(NamedTuple):  # fields in the order of complete_executions' arrays
+class Completion(NamedTuple):  # fields in the order of complete_executions' JSON items
     """One finished attempt, as the finalizer writes it.
 
     ``status`` is the job's next status; ``delay`` the seconds (database clock) before a

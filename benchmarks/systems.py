@@ -93,7 +93,17 @@ class Acta(System):
         return env
 
     def setup_cmds(self, dsn: str) -> list[list[str]]:
-        return [[self.python, str(self.driver), "setup"]]
+        # Byte-compile the package as pip does on install: PgQueuer runs from a pip-installed
+        # venv, while acta may run from an editable checkout in a shell that sets
+        # PYTHONDONTWRITEBYTECODE, and would then compile its modules at every worker start.
+        compile_cmd = [
+            self.python,
+            "-c",
+            "import compileall, pathlib, acta_sqla, benchmarks; "
+            "[compileall.compile_dir(pathlib.Path(m.__file__).parent, quiet=1) "
+            "for m in (acta_sqla, benchmarks)]",
+        ]
+        return [compile_cmd, [self.python, str(self.driver), "setup"]]
 
     async def reset_sql(self, conn: asyncpg.Connection) -> str:
         # Every table of the schema but the migration version (new tables included).

@@ -228,15 +228,14 @@ class Executor:
         job = entry.job
         policy = self.policies(job.kind)
         try:
-            stored = json.loads(job.args_json)
-            kwargs = handler.load_args(stored)
+            kwargs = handler.load_args(job.args_json)
         except Exception as exc:
             # Args that no longer fit the handler's signature will not fit on a retry.
             return failed(job, policy, Outcome.FAIL, _error_fields(exc), None)
         ctx = Context(
             job_id=job.id,
             kind=job.kind,
-            args=stored,
+            args_json=job.args_json,
             attempt=job.attempts,
             execution_id=job.execution_id,
             namespace=self.namespace,
@@ -249,39 +248,38 @@ class Executor:
         entry.state = EntryState.EXECUTING
         result: Any = None
         error: BaseException | None = None
-        scope = asyncio.timeout_at(min(entry.deadline, entry.timeout_at))
-        entry.scope = scope
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        # The registry's alarm cancels this task at min(deadline, timeout_at) and sets
+        # entry.expired; a heartbeat that fires the entry does the same at once.
+        self.registry.arm(entry, task)
         try:
-            async with scope:
-                if handler.is_async:
-                    result = await handler.fn(ctx, **kwargs)
-                else:
-                    call = functools.partial(handler.fn, ctx, **kwargs)
-                    result = await asyncio.get_running_loop().run_in_executor(self.pool, call)
-        except TimeoutError as exc:
-            error = exc
+            if handler.is_async:
+                result = await handler.fn(ctx, **kwargs)
+            else:
+                call = functools.partial(handler.fn, ctx, **kwargs)
+                result = await asyncio.get_running_loop().run_in_executor(self.pool, call)
         except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or not task.cancelling():
+            if entry.expired:
+                error = exc  # the alarm's (or a fire's) cancel: reported by _stopped
+            elif task.cancelling() <= cancelling:
                 # The handler raised it itself (or awaited something cancelled): a failure.
                 error = exc
             else:
-                # The executor task itself is being cancelled (the loop is going down):
-                # hand the completion over before letting the cancel through.
-                ran = self.clock.now() - now
-                with contextlib.suppress(asyncio.QueueFull):  # else: recovered by lease
-                    self.completed.put_nowait(
-                        failed(job, policy, Outcome.INTERRUPTED, _error_fields(exc), ran)
-                    )
-                entry.state = EntryState.FINALIZING
-                self.permits.release(1)
+                self._interrupted(entry, policy, exc, now)
                 raise
         except BaseException as exc:  # a handler must never take the worker down
             error = exc
         finally:
-            entry.scope = None
+            self.registry.disarm(entry)
+        if entry.expired and task.uncancel() > cancelling:
+            # The executor task itself is also being cancelled (the loop is going down).
+            exc = asyncio.CancelledError()
+            self._interrupted(entry, policy, exc, now)
+            raise exc
         ran = self.clock.now() - now
-        if scope.expired():
+        if entry.expired:
             return self._stopped(entry, policy, ran)
         if error is None:
             try:
@@ -298,12 +296,25 @@ class Executor:
             return failed(job, policy, Outcome.CANCELLED, _error_fields(error), ran)
         return failed(job, policy, Outcome.FAILED, _error_fields(error), ran)
 
+    def _interrupted(
+        self, entry: Entry, policy: Policy, exc: BaseException, started: float
+    ) -> None:
+        """The executor task itself is being cancelled (the loop is going down): hand the
+        completion over before the cancel goes through."""
+        ran = self.clock.now() - started
+        with contextlib.suppress(asyncio.QueueFull):  # else: recovered by lease
+            self.completed.put_nowait(
+                failed(entry.job, policy, Outcome.INTERRUPTED, _error_fields(exc), ran)
+            )
+        entry.state = EntryState.FINALIZING
+        self.permits.release(1)
+
     def _stopped(self, entry: Entry, policy: Policy, ran: float) -> Completion:
-        """The attempt's scope fired: say why, as its completion."""
+        """The attempt's alarm rang (or it was fired): say why, as its completion."""
         job = entry.job
         reason = entry.stop_reason
         if reason is None:
-            # The scope fired at the earlier of the two; which one is decided by comparing
+            # The alarm rang at the earlier of the two; which one is decided by comparing
             # them, not by reading the clock again (uvloop rounds timers to milliseconds and
             # its clock may read a hair before the deadline that fired).
             reason = Outcome.TIMEOUT if entry.timeout_at <= entry.deadline else Outcome.LEASE_LOST

@@ -102,7 +102,7 @@ class Heartbeat:
         for entry in snapshot:
             key = entry.key
             if key in report.renewed:
-                entry.rearm(deadline)
+                self.registry.rearm(entry, deadline)
                 if entry.job.id in report.cancel_requested:
                     self.registry.fire(entry, Outcome.CANCELLED, after)
             elif key in report.busy:

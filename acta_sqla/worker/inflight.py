@@ -3,8 +3,10 @@ committed (Claimed → Executing → Finalizing → removed), and the permits th
 
 Who writes what:
 - the claimer adds entries (Claimed) with their first deadline;
-- the executor moves an entry to Executing and Finalizing and owns ``scope``;
-- the heartbeat re-arms ``deadline`` and sets ``stop_reason`` (through :meth:`fire`);
+- the executor moves an entry to Executing and Finalizing, and arms the registry's alarm
+  for the running attempt (:meth:`Registry.arm`);
+- the heartbeat re-arms ``deadline`` (:meth:`Registry.rearm`) and sets ``stop_reason``
+  (through :meth:`Registry.fire`);
 - the finalizer removes an entry once its write has landed (or been fenced out).
 All of this happens on one event loop, so no lock is needed.
 """
@@ -12,6 +14,8 @@ All of this happens on one event loop, so no lock is needed.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +42,12 @@ class Entry:
     """Loop time the kind's execution timeout fires."""
     stop_reason: Outcome | None = None
     """Why this attempt was asked to stop (lease lost, cancel, shutdown); None while healthy."""
-    scope: asyncio.Timeout | None = field(default=None, repr=False)
+    task: asyncio.Task[object] | None = field(default=None, repr=False)
+    """The executor task running the handler while the alarm is armed (None otherwise)."""
+    alarm: float = float("inf")
+    """When the armed alarm rings: min(deadline, timeout_at)."""
+    expired: bool = False
+    """The alarm rang (or the attempt was fired): the registry cancelled ``task``."""
     locks: dict[str, int] = field(default_factory=dict)
     """Named locks this attempt holds (with how deep), renewed by the heartbeat."""
 
@@ -50,17 +59,27 @@ class Entry:
         """True once the attempt must stop: asked to, or past its deadline."""
         return self.stop_reason is not None or now >= self.deadline
 
-    def rearm(self, deadline: float) -> None:
-        self.deadline = deadline
-        # A scope whose timer already fired (EXPIRING, in this very loop iteration) cannot
-        # be rescheduled; its handler is being cancelled and the executor reports why.
-        if self.scope is not None and self.stop_reason is None and not self.scope.expired():
-            self.scope.reschedule(min(self.deadline, self.timeout_at))
-
 
 class Registry:
+    """The entries, and ONE alarm for every running attempt.
+
+    A running attempt must stop at the earlier of its deadline and its execution timeout.
+    Instead of a timer per attempt (``asyncio.timeout`` costs a loop timer and a task
+    lookup per job), the registry keeps a heap of (when, entry) and one loop timer for the
+    earliest; when it rings, every attempt due is cancelled (``task.cancel()``) with
+    ``expired`` set, and the executor turns that into the attempt's completion. Stale heap
+    items (re-armed or finished attempts) are skipped when they surface, and the heap is
+    rebuilt from the armed entries when stale items outnumber them.
+    """
+
     def __init__(self) -> None:
         self._entries: dict[tuple[int, int], Entry] = {}
+        self._alarms: list[tuple[float, int, Entry]] = []
+        self._seq = itertools.count()
+        self._armed = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -82,14 +101,80 @@ class Registry:
     def counts(self) -> Counter[EntryState]:
         return Counter(e.state for e in self._entries.values())
 
+    # ------------------------------------------------------------------ the alarm
+
+    def arm(self, entry: Entry, task: asyncio.Task[object]) -> None:
+        """The handler of ``entry`` starts in ``task``: ring at min(deadline, timeout_at)."""
+        entry.task = task
+        self._armed += 1
+        self._push(entry)
+
+    def disarm(self, entry: Entry) -> None:
+        """The handler ended (however): its alarm no longer rings."""
+        if entry.task is None:
+            return
+        entry.task = None
+        self._armed -= 1
+        if len(self._alarms) > 2 * self._armed + 64:
+            live = [i for i in self._alarms if i[2].task is not None and i[2].alarm == i[0]]
+            heapq.heapify(live)
+            self._alarms = live
+
+    def rearm(self, entry: Entry, deadline: float) -> None:
+        """A renewal moved the attempt's deadline on."""
+        entry.deadline = deadline
+        # An attempt already stopping (its alarm rang in this very loop iteration, or it
+        # was fired) is not brought back: its handler is being cancelled.
+        if entry.task is not None and not entry.expired and entry.stop_reason is None:
+            self._push(entry)
+
     def fire(self, entry: Entry, reason: Outcome, now: float) -> None:
         """Ask an attempt to stop now: a running handler is cancelled; a Claimed entry is
         skipped by its executor. A Finalizing entry is left to its write."""
         if entry.state is EntryState.FINALIZING or entry.stop_reason is not None:
             return
         entry.stop_reason = reason
-        if entry.scope is not None and not entry.scope.expired():
-            entry.scope.reschedule(now)
+        if entry.task is not None and not entry.expired:
+            self._expire(entry)
+
+    def _push(self, entry: Entry) -> None:
+        when = min(entry.deadline, entry.timeout_at)
+        entry.alarm = when
+        if when == float("inf"):
+            return
+        heapq.heappush(self._alarms, (when, next(self._seq), entry))
+        if when < self._timer_at:
+            self._schedule(when)
+
+    def _schedule(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        self._timer_at = when
+        self._timer = loop.call_at(when, self._ring)
+
+    def _ring(self) -> None:
+        self._timer, self._timer_at = None, float("inf")
+        assert self._loop is not None
+        # The loop's timers are rounded to the millisecond: what is due within one counts.
+        now = self._loop.time() + 0.001
+        alarms = self._alarms
+        while alarms and alarms[0][0] <= now:
+            when, _, entry = heapq.heappop(alarms)
+            if entry.task is not None and not entry.expired and entry.alarm == when:
+                self._expire(entry)
+        while alarms and (alarms[0][2].task is None or alarms[0][2].alarm != alarms[0][0]):
+            heapq.heappop(alarms)  # stale: finished or re-armed since
+        if alarms:
+            self._schedule(alarms[0][0])
+
+    @staticmethod
+    def _expire(entry: Entry) -> None:
+        entry.expired = True
+        assert entry.task is not None
+        entry.task.cancel()
 
 
 class Permits:

@@ -131,10 +131,16 @@ class Worker:
                     kinds=sorted(self.acta.handlers),
                     version=_version(),
                 )
-                await store.store_definitions(
-                    {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
-                )
-                await self.reload_definitions()
+                # The stages' connections open while the definitions are stored.
+                warm = asyncio.ensure_future(store.open_stage_connections())
+                try:
+                    await store.store_definitions(
+                        {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
+                    )
+                    await self.reload_definitions()
+                finally:
+                    # A role that could not connect now connects again on first use.
+                    await asyncio.gather(warm, return_exceptions=True)
                 return
             except StoreUnavailable as exc:
                 log.bind(event="database_unavailable").warning(

@@ -13,6 +13,8 @@ from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore, asyncpg_dsn
 from acta_sqla.values import Completion, Outcome
 from acta_sqla.worker.executor import handback
+from acta_sqla.worker.finalizer import Finalizer
+from acta_sqla.worker.inflight import Registry
 
 TIMINGS = Timings.from_heartbeat(45.0)
 
@@ -180,6 +182,47 @@ async def test_one_complete_executions_call_writes_every_shape(
     assert history[retry.id]["traceback"] == "tb"
 
 
+async def test_completion_text_round_trips_and_a_poison_string_is_isolated(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """Every text of a completion reaches the database as written (quotes, backslashes,
+    newlines, non-ASCII), and a string the server cannot store (a lone surrogate) fails the
+    statement as a data error: the finalizer writes the rest and records that job failed."""
+    ids = await insert(conn, 3)
+    jobs = {j.id: j for j in await store.claim_jobs(3)}
+    ok, failing, poison = (jobs[i] for i in ids)
+    message = 'naïve "quoted" \\ back\nslash ☃ 日本'
+    result = json.dumps({"text": message, "n": 1.5})
+    batch = [
+        completion(ok, Outcome.SUCCEEDED, "succeeded", result_json=result, ran_seconds=0.1),
+        completion(
+            failing,
+            Outcome.FAILED,
+            "failed",
+            error_type="pkg.E",
+            error_message=message,
+            traceback=message,
+        ),
+        completion(poison, Outcome.FAILED, "failed", error_type="E", error_message="a\ud800b"),
+    ]
+    with pytest.raises(asyncpg.PostgresError) as refused:
+        await store.complete_executions([batch[2]])
+    assert refused.value.sqlstate.startswith("22")
+    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
+
+    finalizer = Finalizer(store, Registry(), asyncio.Queue())
+    assert await finalizer.write(batch) == set(ids)
+    r = await row(conn, ok.id)
+    assert json.loads(r["result"]) == {"text": message, "n": 1.5}
+    r = await row(conn, failing.id)
+    assert json.loads(r["last_error"]) == {"type": "pkg.E", "message": message}
+    tb = await conn.fetchval("SELECT traceback FROM acta.execution WHERE job_id = $1", failing.id)
+    assert tb == message
+    r = await row(conn, poison.id)
+    assert r["status"] == "failed"
+    assert json.loads(r["last_error"])["type"] == "acta.CompletionRefused"
+
+
 async def test_a_repeated_completion_changes_nothing(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
@@ -193,6 +236,57 @@ async def test_a_repeated_completion_changes_nothing(
     after = await row(conn, job_id)
     assert dict(after) == dict(before)
     assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 1
+
+
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+async def test_completion_and_heartbeat_look_rows_up_by_primary_key(
+    conn: asyncpg.Connection, store: WorkerStore, plan_mode: str
+) -> None:
+    """The statements that fence rows by status find them by primary key: the planner,
+    expecting few executing rows from stale statistics, must never scan and hash the whole
+    executing set (whose dead index entries grow with a drain) instead."""
+    await conn.execute(
+        "INSERT INTO acta.job (namespace, kind) "
+        "SELECT 'default', 'k' FROM generate_series(1, 20000)"
+    )
+    await conn.execute("ANALYZE acta.job")  # statistics: every row ready
+    jobs = await store.claim_jobs(200)
+    batch = [completion(j, Outcome.SUCCEEDED, "succeeded") for j in jobs[:128]]
+    await conn.execute(f"SET plan_cache_mode = {plan_mode}")
+    plans = {}
+    for name, sql, args in [
+        ("complete", store.sql.complete_executions, (json.dumps(batch), store.worker_id)),
+        (
+            "heartbeat",
+            store.sql.heartbeat,
+            (
+                "default",
+                [j.id for j in jobs],
+                [j.execution_id for j in jobs],
+                [True] * len(jobs),
+                180.0,
+                store.worker_id,
+                180.0,
+                [],
+                [],
+                [],
+            ),
+        ),
+    ]:
+        await conn.execute(f"PREPARE q_{name} AS {sql}")
+        types = await conn.fetchval(
+            "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1",
+            f"q_{name}",
+        )
+        literals = [
+            await conn.fetchval(f"SELECT quote_nullable($1::{t}::text) || '::{t}'", arg)
+            for t, arg in zip(types, args, strict=True)
+        ]
+        explained = await conn.fetch(f"EXPLAIN EXECUTE q_{name}({', '.join(literals)})")
+        plans[name] = "\n".join(r[0] for r in explained)
+    for name, plan in plans.items():
+        assert "job_pkey" in plan, f"{name}:\n{plan}"
+        assert "job_lease_idx" not in plan, f"{name}:\n{plan}"
 
 
 async def test_a_stale_execution_is_fenced_out(

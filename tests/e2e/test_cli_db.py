@@ -68,7 +68,13 @@ def test_upgrade_current_downgrade(
     # "-1" reaches alembic as the revision argument, not as an unknown option.
     down = _acta("db", "downgrade", "-1", env=env, cwd=tmp_path)
     assert down.returncode == 0, down.stderr
-    assert f"downgraded {head} (head) -> none" in down.stdout
+    previous = _acta("db", "current", env=env, cwd=tmp_path).stdout.strip()
+    assert previous not in ("none", f"{head} (head)")
+    assert f"downgraded {head} (head) -> {previous}" in down.stdout
+
+    base = _acta("db", "downgrade", "base", env=env, cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    assert f"downgraded {previous} -> none" in base.stdout
     assert _acta("db", "current", env=env, cwd=tmp_path).stdout == "none\n"
 
     # The default is one step back, and there is none left.

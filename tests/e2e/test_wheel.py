@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from acta_sqla.settings import SCHEMA_HEAD
+
 from .conftest import REPO_ROOT
 
 UPGRADE = """
@@ -63,4 +65,4 @@ def test_the_wheel_ships_the_migrations_and_they_run_from_it(
     assert done.returncode == 0, done.stderr
     path, revision = done.stdout.split()
     assert path == str(unpacked / "acta_sqla" / "_migrations")
-    assert revision == "0001"
+    assert revision == SCHEMA_HEAD

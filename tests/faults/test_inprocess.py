@@ -296,7 +296,7 @@ async def test_a_renewal_answered_as_the_attempt_deadline_fires_keeps_the_worker
     the worker"). The race: the heartbeat's reply is queued, then the loop stalls (SIGSTOP,
     a GC pause, a CPU-bound handler holding the GIL) past the attempt deadline; on the next
     loop iteration the deadline's timer sets the Timeout EXPIRING and the heartbeat, woken
-    first, re-arms it (Entry.rearm) or, had the row not been renewed, cancels it
+    first, re-arms it (Registry.rearm) or, had the row not been renewed, cancels it
     (Registry.fire): both reschedule a Timeout that is no longer ENTERED. Made deterministic
     here: the renewal's answer is released by a timer 20 ms before the deadline, and the loop
     is stalled (the injected fault) across both."""

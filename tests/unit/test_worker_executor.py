@@ -28,7 +28,7 @@ calls: list[Any] = []
 
 @acta.job(max_attempts=3, backoff_base=2.0)
 async def ok(ctx: Context, n: int) -> dict[str, int]:
-    calls.append(ctx.attempt)
+    calls.append((ctx.attempt, ctx.args, ctx.kind))
     return {"double": n * 2}
 
 
@@ -125,7 +125,8 @@ async def test_success_stores_the_json_result(h: Harness) -> None:
     assert c.outcome is Outcome.SUCCEEDED and c.status == "succeeded"
     assert c.result_json == '{"double":42}'
     assert c.charge == 0 and c.record and c.attempt == 2
-    assert calls[-1] == 2  # ctx.attempt is the attempt number the claim counted
+    # ctx.attempt is the attempt number the claim counted; ctx.args the args as stored
+    assert calls[-1] == (2, {"n": 21}, "ok")
 
 
 async def test_failure_is_retried_with_backoff_until_the_budget_is_spent(h: Harness) -> None:
@@ -253,3 +254,33 @@ async def test_a_timeout_is_told_from_a_lost_lease_by_which_deadline_came_first(
     await h.executor.run_once(entry)
     c = h.completed.get_nowait()
     assert c is not None and c.error_type == "acta.lease_lost"
+
+
+async def test_a_renewal_moves_the_running_attempts_deadline_on(h: Harness) -> None:
+    h.take_permit()
+    loop = asyncio.get_running_loop()
+    entry = h.registry.add(job(10, "hang"), loop.time() + 0.03)
+    # The kind's 0.05 s timeout is the later of the two for now; a renewal moves the
+    # deadline past it, so the attempt ends as a timeout instead of a lost lease.
+    task = asyncio.create_task(h.executor.run_once(entry))
+    await until(lambda: entry.state is EntryState.EXECUTING)
+    h.registry.rearm(entry, loop.time() + 3600)
+    await task
+    c = h.completed.get_nowait()
+    assert c is not None and c.outcome is Outcome.TIMEOUT
+
+
+async def test_cancelling_the_executor_hands_over_an_interrupted_completion(
+    h: Harness,
+) -> None:
+    h.take_permit()
+    loop = asyncio.get_running_loop()
+    entry = h.registry.add(job(11, "hang"), loop.time() + 3600)
+    task = asyncio.create_task(h.executor.run_once(entry))
+    await until(lambda: entry.state is EntryState.EXECUTING)
+    task.cancel()  # the loop is going down
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    c = h.completed.get_nowait()
+    assert c is not None and (c.outcome, c.status, c.charge) == (Outcome.INTERRUPTED, "ready", -1)
+    assert h.permits.free == 4 and entry.task is None
