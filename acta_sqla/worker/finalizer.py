@@ -128,6 +128,10 @@ class Finalizer:
         """One ``complete_executions`` call for the whole batch, repeated until it lands."""
         tries = 0
         started = self.clock.now()
+        # The batch usually fills as the executors finish a claim's rows, which is also
+        # when the claimer asks for the next ones: let it send first (one loop turn), as
+        # the claim is what the executors wait for and this write is not.
+        await asyncio.sleep(0)
         while True:
             try:
                 applied = await self.store.complete_executions(batch)
