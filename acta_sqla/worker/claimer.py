@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from loguru import logger
@@ -39,6 +40,7 @@ class Claimer:
         safety_poll: float,
         clock: Clock | None = None,
         on_claim: object = None,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -55,6 +57,8 @@ class Claimer:
         self.claims = 0
         self.claimed_rows = 0
         self._on_claim = on_claim
+        self._on_idle = on_idle
+        """Called when a claim finds nothing after one that found work."""
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._rng = random.Random()
@@ -119,7 +123,10 @@ class Claimer:
         self.permits.release(permits - len(jobs))
         self.claims += 1
         if not jobs:
-            self.idle.set()
+            if not self.idle.is_set():
+                self.idle.set()
+                if self._on_idle is not None:
+                    self._on_idle()
             await self._idle_sleep()
             return 0
         self.idle.clear()

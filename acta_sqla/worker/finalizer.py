@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 from loguru import logger
@@ -29,6 +30,16 @@ STOP = None
 """Put on the Completed channel after the last completion: flush and return."""
 
 
+class _Flush:
+    def __repr__(self) -> str:
+        return "FLUSH"
+
+
+FLUSH: Any = _Flush()
+"""Put on the Completed channel when the claimer finds nothing due: no completion can come
+before its next claim, so a batch waiting in its 50 ms window is written now."""
+
+
 class CompleteStore(Protocol):
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]: ...
 
@@ -42,8 +53,10 @@ def repeat_delay(tries: int, rng: random.Random) -> float:
 class Finalizer:
     """Reads one completion, then everything already waiting, up to 128 completions or
     4 MiB of results; if that first read found a backlog, it waits up to 50 ms more to fill
-    the batch, and a lone completion never waits. The write repeats until it lands (or the
-    worker gives up on it at shutdown); then the wakes, the metric, and the entries go."""
+    the batch (ended early when the claimer finds nothing due: no completion can come
+    before its next claim), and a lone completion never waits. The write repeats until it
+    lands (or the worker gives up on it at shutdown); then the wakes, the metric, and the
+    entries go."""
 
     def __init__(
         self,
@@ -65,6 +78,7 @@ class Finalizer:
         """Set at a hard shutdown: stop repeating a write that does not land."""
         self._carry: Completion | None = None
         self._stop_seen = False
+        self._flushed = False
 
     async def run(self) -> None:
         while not self._stop_seen or self._carry is not None:
@@ -76,6 +90,7 @@ class Finalizer:
         """Assemble one batch by the rules above (empty only when the STOP sentinel came)."""
         first = self._carry
         self._carry = None
+        self._flushed = False
         if first is None:
             if self._stop_seen:
                 return []
@@ -83,6 +98,8 @@ class Finalizer:
             if first is STOP:
                 self._stop_seen = True
                 return []
+            if first is FLUSH:
+                return []  # nothing was waiting to be written
         batch = [first]
         if first.size > BATCH_MAX_BYTES:
             return batch  # a larger single result is written alone
@@ -103,11 +120,19 @@ class Finalizer:
         return batch
 
     def _room(self, batch: list[Completion]) -> bool:
-        return len(batch) < BATCH_MAX_COMPLETIONS and self._carry is None and not self._stop_seen
+        return (
+            len(batch) < BATCH_MAX_COMPLETIONS
+            and self._carry is None
+            and not self._stop_seen
+            and not self._flushed
+        )
 
     def _add(self, batch: list[Completion], item: Completion | None, size: int) -> bool:
         if item is STOP:
             self._stop_seen = True
+            return False
+        if item is FLUSH:
+            self._flushed = True  # the window closes: nothing more comes before a claim
             return False
         assert item is not None
         if size + item.size > BATCH_MAX_BYTES:
@@ -123,6 +148,12 @@ class Finalizer:
                 break
             size += item.size  # type: ignore[union-attr]
         return size
+
+    def flush(self) -> None:
+        """The claimer found nothing due: close a waiting batch's window now. (A full
+        channel needs no such nudge: the batch fills from it.)"""
+        with contextlib.suppress(asyncio.QueueFull):
+            self.completed.put_nowait(FLUSH)
 
     async def write(self, batch: list[Completion]) -> set[int]:
         """One ``complete_executions`` call for the whole batch, repeated until it lands."""

@@ -166,6 +166,7 @@ class Worker:
             self.settings.safety_poll_interval,
             self.clock,
             on_claim=lambda n, s: metrics.record_claim(self.namespace, n, s),
+            on_idle=self.finalizer.flush,
         )
         self.executor_stages = [
             Executor(

@@ -167,6 +167,18 @@ async def test_failing_completion_writes_are_retried_never_dropped_and_pause_cla
     ids = enqueue(sql, "quick", total)
     try:
         await until(lambda: tries and worker.completed.full(), 15, "the Completed channel to fill")
+        # The completion that filled the channel freed a permit, so one last claim may be in
+        # flight: let it land and its rows reach the executors, which then block on the
+        # full channel holding every permit. From here on, nothing may be claimed.
+        await until(
+            lambda: (
+                worker.permits.free == 0
+                and not store.claim_conn._busy.locked()
+                and all(e.state is EntryState.FINALIZING for e in worker.registry)
+            ),
+            10,
+            "every executor to block on the full channel",
+        )
         claimed = worker.claimer.claimed_rows
         executing = sql("SELECT count(*) FROM acta.job WHERE status = 'executing'")[0][0]
         first_batch = len(tries[0][1])

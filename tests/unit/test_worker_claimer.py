@@ -130,3 +130,19 @@ async def test_claimed_entries_carry_the_attempt_deadline_from_the_claim_start()
     assert entry is not None
     assert entry.deadline == 500.0 + TIMINGS.attempt_deadline
     assert registry.get(entry.key) is entry
+
+
+async def test_finding_nothing_after_work_tells_the_finalizer_once() -> None:
+    store, _registry, permits, claimed, claimer = make(4)
+    idles: list[int] = []
+    claimer._on_idle = lambda: idles.append(len(store.claim_asks))
+    store.to_claim = [[job(1)], [], []]
+    task = asyncio.create_task(claimer.run_once())
+    await until(lambda: claimed.qsize() == 1)
+    claimed.get_nowait()
+    claimed.task_done()
+    await task
+    permits.release(1)
+    await claimer.run_once()  # nothing due: the finalizer hears of it
+    await claimer.run_once()  # still nothing: no second nudge
+    assert idles == [2]

@@ -167,3 +167,20 @@ async def test_the_run_loop_writes_every_completion_once(backlog: int) -> None:
     await asyncio.wait_for(task, 5)
     ids = [c.job_id for b in store.batches for c in b]
     assert sorted(ids) == list(range(backlog + 1))
+
+
+async def test_the_window_closes_when_the_claimer_finds_nothing_due() -> None:
+    store, queue, fin, _ = make()
+    for i in range(1, 4):
+        queue.put_nowait(done(i))
+    batch_task = asyncio.create_task(fin.next_batch())
+    await until(queue.empty)  # the three are read and the window is open
+    assert not batch_task.done()
+    fin.flush()
+    batch = await asyncio.wait_for(batch_task, 0.04)  # well inside the 50 ms window
+    assert [c.job_id for c in batch] == [1, 2, 3]
+    # A flush with nothing waiting is no batch; the next completion starts a new one.
+    fin.flush()
+    queue.put_nowait(done(4))
+    assert await fin.next_batch() == []
+    assert [c.job_id for c in await fin.next_batch()] == [4]
