@@ -81,8 +81,8 @@ def record_batch(
     attrs = {"namespace": namespace}
     COMPLETION_BATCH.record(len(batch), attrs)
     COMPLETION_DURATION.record(seconds, attrs)
-    for outcome, n in Counter(c.outcome.value for c in batch).items():
-        COMPLETIONS.add(n, {"outcome": outcome, "namespace": namespace})
+    for outcome, n in Counter(c.outcome for c in batch).items():
+        COMPLETIONS.add(n, {"outcome": outcome.value, "namespace": namespace})
     lost = len(batch) - len(applied)
     if lost > 0:
         LEASE_LOST.add(lost, attrs)

@@ -200,7 +200,10 @@ class Executor:
             policy = self.policies(entry.job.kind)
             completion = failed(entry.job, policy, Outcome.FAILED, _error_fields(exc), None)
         entry.state = EntryState.FINALIZING
-        await self.completed.put(completion)
+        try:
+            self.completed.put_nowait(completion)
+        except asyncio.QueueFull:
+            await self.completed.put(completion)  # the finalizer is behind: wait for room
         # Only now: a permit stands for a claim not yet handed to the finalizer, so a full
         # Completed channel stops intake instead of growing memory.
         self.permits.release(1)

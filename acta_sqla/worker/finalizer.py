@@ -235,7 +235,7 @@ class Finalizer:
         return applied
 
     def _settle(self, batch: Sequence[Completion], applied: set[int], seconds: float) -> None:
-        lost = [c for c in batch if c.job_id not in applied]
+        lost = [c for c in batch if c.job_id not in applied] if len(applied) < len(batch) else []
         if lost:
             log.bind(event="lease_lost", count=len(lost)).warning(
                 "{} completion(s) matched nothing (lease lost: the row was recovered or taken "
