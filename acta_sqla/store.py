@@ -143,22 +143,38 @@ class RoleConnection:
         self.settings = settings or {}
         self.conn: asyncpg.Connection | None = None
         self.application_name = f"acta:{role}"
+        self._connected_as = ""
         # One statement at a time: asyncpg refuses a second operation on a busy connection
         # (the admin role is shared by start-up, recovery and definition reloads).
         self._busy = asyncio.Lock()
+        self._connecting = asyncio.Lock()
 
     async def get(self) -> asyncpg.Connection:
-        if self.conn is None or self.conn.is_closed():
-            self.conn = None
-            try:
-                self.conn = await asyncpg.connect(
-                    self.dsn,
-                    timeout=self.timeout,
-                    server_settings={"application_name": self.application_name, **self.settings},
-                )
-            except _CONNECTION_ERRORS as exc:
-                raise StoreUnavailable(f"{self.role}: cannot connect: {_brief(exc)}") from exc
-        return self.conn
+        conn = self.conn
+        if conn is not None and not conn.is_closed():
+            return conn
+        async with self._connecting:  # one connection, however many callers ask at once
+            if self.conn is None or self.conn.is_closed():
+                self.conn = None
+                name = self.application_name
+                try:
+                    self.conn = await asyncpg.connect(
+                        self.dsn,
+                        timeout=self.timeout,
+                        server_settings={"application_name": name, **self.settings},
+                    )
+                except _CONNECTION_ERRORS as exc:
+                    raise StoreUnavailable(f"{self.role}: cannot connect: {_brief(exc)}") from exc
+                self._connected_as = name
+            return self.conn
+
+    async def rename(self) -> None:
+        """Give an open connection the role's current ``application_name`` (it was opened
+        before the worker's id was known)."""
+        if self.conn is not None and self._connected_as != self.application_name:
+            name = self.application_name
+            await self.execute("SELECT set_config('application_name', $1, false)", name)
+            self._connected_as = name
 
     async def discard(self) -> None:
         conn, self.conn = self.conn, None
@@ -260,12 +276,32 @@ class WorkerStore:
         self._name(self.worker_id)
         return self.worker_id
 
+    def preconnect(self) -> asyncio.Future[Any]:
+        """Start connecting the claim, complete and heartbeat roles now, in the background,
+        while start-up runs on the admin connection (a failure only means the role
+        connects on first use)."""
+        return asyncio.gather(
+            self.claim_conn.get(),
+            self.complete_conn.get(),
+            self.heartbeat_conn.get(),
+            return_exceptions=True,
+        )
+
     async def open_stage_connections(self) -> None:
-        """Connect the claim, complete and heartbeat roles now, together, instead of one
-        by one on first use: called while start-up finishes on the admin connection. A
-        failure here is only logged by the caller; the role connects again on first use."""
+        """Name the stage connections after the worker, and prepare the hot statements by
+        running them on nothing (a claim of 0 rows, an empty batch)."""
+
+        async def ready(rc: RoleConnection, sql: str | None = None, *args: Any) -> None:
+            await rc.get()
+            await rc.rename()
+            if sql is not None:
+                await rc.fetch(sql, *args)
+
+        lease = self.timings.lease
         await asyncio.gather(
-            self.claim_conn.get(), self.complete_conn.get(), self.heartbeat_conn.get()
+            ready(self.claim_conn, self.sql.claim_jobs, self.namespace, 0, self.worker_id, lease),
+            ready(self.complete_conn, self.sql.complete_executions, "[]", self.worker_id),
+            ready(self.heartbeat_conn),
         )
 
     async def store_definitions(self, declared: dict[str, dict[str, Any]]) -> None:

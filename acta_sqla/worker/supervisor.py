@@ -122,6 +122,9 @@ class Worker:
         down (logging why) until it answers or a stop is requested."""
         delay = 1.0
         while True:
+            # The stages' connections open while start-up runs on the admin connection; a
+            # role that cannot connect now connects again on first use.
+            connecting = store.preconnect()
             try:
                 await store.check_schema()
                 self.worker_id = await store.register_worker(
@@ -131,7 +134,6 @@ class Worker:
                     kinds=sorted(self.acta.handlers),
                     version=_version(),
                 )
-                # The stages' connections open while the definitions are stored.
                 warm = asyncio.ensure_future(store.open_stage_connections())
                 try:
                     await store.store_definitions(
@@ -139,7 +141,6 @@ class Worker:
                     )
                     await self.reload_definitions()
                 finally:
-                    # A role that could not connect now connects again on first use.
                     await asyncio.gather(warm, return_exceptions=True)
                 return
             except StoreUnavailable as exc:
@@ -149,6 +150,8 @@ class Worker:
                 if await self.clock.wait(self._stop_requested, delay):
                     raise
                 delay = min(delay * 2, 30.0)
+            finally:
+                await connecting
 
     async def start(self) -> None:
         self.store = store = await self._connect()
