@@ -134,14 +134,13 @@ class Worker:
                     kinds=sorted(self.acta.handlers),
                     version=_version(),
                 )
-                warm = asyncio.ensure_future(store.open_stage_connections())
-                try:
-                    await store.store_definitions(
-                        {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
-                    )
-                    await self.reload_definitions()
-                finally:
-                    await asyncio.gather(warm, return_exceptions=True)
+                # Not awaited: a statement that waits on a table lock must hold up the
+                # first claim (which queues behind it on its connection), not start-up.
+                self._spawn(self._warm_stages(store))
+                await store.store_definitions(
+                    {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
+                )
+                await self.reload_definitions()
                 return
             except StoreUnavailable as exc:
                 log.bind(event="database_unavailable").warning(
@@ -365,6 +364,12 @@ class Worker:
     def _on_recovery_due(self) -> None:
         if not self._recovering:
             self._spawn(self._recover())
+
+    async def _warm_stages(self, store: WorkerStore) -> None:
+        try:
+            await store.open_stage_connections()
+        except Exception as exc:  # each role connects and prepares on first use instead
+            log.bind(event="warm_up_failed").debug("stage connections not warmed: {}", exc)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
