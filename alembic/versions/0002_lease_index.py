@@ -27,7 +27,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def upgrade() -> None:
+def _rebuild_lease_index(where: str) -> None:
     schema = target_schema()
     op.drop_index("job_lease_idx", table_name="job", schema=schema)
     op.create_index(
@@ -36,18 +36,13 @@ def upgrade() -> None:
         ["namespace", "lease_expires_at"],
         unique=False,
         schema=schema,
-        postgresql_where=sa.text("lease_expires_at IS NOT NULL"),
+        postgresql_where=sa.text(where),
     )
+
+
+def upgrade() -> None:
+    _rebuild_lease_index("lease_expires_at IS NOT NULL")
 
 
 def downgrade() -> None:
-    schema = target_schema()
-    op.drop_index("job_lease_idx", table_name="job", schema=schema)
-    op.create_index(
-        "job_lease_idx",
-        "job",
-        ["namespace", "lease_expires_at"],
-        unique=False,
-        schema=schema,
-        postgresql_where=sa.text("status = 'executing'"),
-    )
+    _rebuild_lease_index("status = 'executing'")
