@@ -231,8 +231,12 @@ class WorkerStore:
         # starts: an asynchronous commit saved a WAL flush per claim, but a database crash
         # could then lose a claim whose handler already ran, and another worker would run
         # the same job at the same time (tests/faults/test_lost_claim.py).
-        self.claim_conn = RoleConnection(dsn, "claim", timeout=30.0)
-        self.complete_conn = RoleConnection(dsn, "complete", timeout=60.0)
+        # The claim and the completion run thousands of times with the same plan: plan
+        # them once (generic plans) instead of at every call. Both look their rows up by
+        # primary key whatever the plan; tests/db/test_worker_sql.py checks the plans.
+        generic = {"plan_cache_mode": "force_generic_plan"}
+        self.claim_conn = RoleConnection(dsn, "claim", timeout=30.0, settings=generic)
+        self.complete_conn = RoleConnection(dsn, "complete", timeout=60.0, settings=generic)
         self.heartbeat_conn = RoleConnection(dsn, "heartbeat", timeout=max(10.0, timings.heartbeat))
         self.admin_conn = RoleConnection(dsn, "admin", timeout=30.0)
         self.lock_conn = RoleConnection(dsn, "lock", timeout=30.0)

@@ -49,8 +49,9 @@ class WorkerSQL:
                     claimed_at = now(),
                     started_at = NULL,
                     lease_expires_at = now() + make_interval(secs => $4)
-                FROM picked
-                WHERE j.id = picked.id
+                -- By primary key whatever the plan: a generic plan (which cannot see that
+                -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+                WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
                 RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
                           j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
                           j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
@@ -175,9 +176,10 @@ class WorkerSQL:
                     AS h(job_id, execution_id, started)
             ),
             lockable AS (
+                -- id = ANY($2): by primary key whatever the statistics say of 'executing'.
                 SELECT j.id FROM {s}.job j
                 JOIN held h ON j.id = h.job_id AND j.execution_id = h.execution_id
-                WHERE j.status = 'executing'
+                WHERE j.id = ANY ($2::bigint[]) AND j.status = 'executing'
                 FOR UPDATE OF j SKIP LOCKED
             ),
             renewed AS (
@@ -192,7 +194,7 @@ class WorkerSQL:
             present AS (
                 SELECT j.id, j.execution_id FROM {s}.job j
                 JOIN held h ON j.id = h.job_id AND j.execution_id = h.execution_id
-                WHERE j.status = 'executing'
+                WHERE j.id = ANY ($2::bigint[]) AND j.status = 'executing'
             ),
             beat AS (
                 UPDATE {s}.worker SET heartbeat_at = now(), status = 'running'

@@ -239,7 +239,7 @@ async def test_a_repeated_completion_changes_nothing(
 
 
 @pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
-async def test_completion_and_heartbeat_look_rows_up_by_primary_key(
+async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
     conn: asyncpg.Connection, store: WorkerStore, plan_mode: str
 ) -> None:
     """The statements that fence rows by status find them by primary key: the planner,
@@ -255,6 +255,7 @@ async def test_completion_and_heartbeat_look_rows_up_by_primary_key(
     await conn.execute(f"SET plan_cache_mode = {plan_mode}")
     plans = {}
     for name, sql, args in [
+        ("claim", store.sql.claim_jobs, ("default", 64, store.worker_id, 180.0)),
         ("complete", store.sql.complete_executions, (json.dumps(batch), store.worker_id)),
         (
             "heartbeat",
@@ -287,6 +288,8 @@ async def test_completion_and_heartbeat_look_rows_up_by_primary_key(
     for name, plan in plans.items():
         assert "job_pkey" in plan, f"{name}:\n{plan}"
         assert "job_lease_idx" not in plan, f"{name}:\n{plan}"
+        assert "Seq Scan on job" not in plan, f"{name}:\n{plan}"
+    assert "job_claim_idx" in plans["claim"], plans["claim"]
 
 
 async def test_a_stale_execution_is_fenced_out(
