@@ -127,6 +127,12 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def app_name(role: str, worker_id: object = None) -> str:
+    """A connection's ``application_name``: ``acta:<role>:<worker id>`` once the worker
+    has an id, so an operator (or a test) finds every connection of one worker."""
+    return f"acta:{role}" if worker_id is None else f"acta:{role}:{worker_id}"
+
+
 class RoleConnection:
     """One connection of one role (claim, complete, heartbeat, listen), opened on demand.
 
@@ -142,7 +148,7 @@ class RoleConnection:
         self.timeout = timeout
         self.settings = settings or {}
         self.conn: asyncpg.Connection | None = None
-        self.application_name = f"acta:{role}"
+        self.application_name = app_name(role)
         self._connected_as = ""
         # One statement at a time: asyncpg refuses a second operation on a busy connection
         # (the admin role is shared by start-up, recovery and definition reloads).
@@ -245,7 +251,7 @@ class WorkerStore:
 
     def _name(self, worker_id: int) -> None:
         for rc in self._roles():
-            rc.application_name = f"acta:{rc.role}:{worker_id}"
+            rc.application_name = app_name(rc.role, worker_id)
 
     async def close(self) -> None:
         for rc in self._roles():
@@ -274,10 +280,11 @@ class WorkerStore:
             json.dumps(kinds),
             version,
             self.timings.heartbeat,
-            f"acta:{self.admin_conn.role}:",
+            app_name(self.admin_conn.role, ""),  # the statement appends the new id
         )
         self.worker_id = int(rows[0]["id"])
         self._name(self.worker_id)
+        self.admin_conn._connected_as = rows[0]["application_name"]  # renamed in place
         return self.worker_id
 
     def preconnect(self) -> asyncio.Future[Any]:
@@ -466,7 +473,7 @@ class Listener:
         self.dsn = dsn
         self.channel = channel
         self.on_notify = on_notify
-        self.application_name = "acta:listen"
+        self.application_name = app_name("listen")
         self.connected = asyncio.Event()
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -136,7 +136,8 @@ class WorkerSQL:
                 VALUES ($1, $2, $3, 'running', $4, $5::jsonb, $6, $7)
                 RETURNING id
             )
-            SELECT id, set_config('application_name', $8 || id, false) FROM w"""
+            SELECT id, set_config('application_name', $8 || id, false) AS application_name
+            FROM w"""
 
         # Store the code's declared policies; a change moves the namespace's definitions
         # version so that every worker reloads within one heartbeat.

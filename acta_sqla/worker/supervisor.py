@@ -30,7 +30,7 @@ from ..settings import (
     ActaSettings,
     load_settings,
 )
-from ..store import Listener, StoreUnavailable, WorkerStore, database_url
+from ..store import Listener, StoreUnavailable, WorkerStore, app_name, database_url
 from ..values import Completion, Outcome
 from .claimer import Claimer
 from .clock import Clock
@@ -196,7 +196,7 @@ class Worker:
             on_recovery_due=self._on_recovery_due,
         )
         self.listener = Listener(store.dsn, store.channel, self.claimer.wake)
-        self.listener.application_name = f"acta:listen:{self.worker_id}"
+        self.listener.application_name = app_name("listen", self.worker_id)
         self.listener.start()
         self._finalizer_task = asyncio.create_task(self.finalizer.run(), name="acta-finalizer")
         self._executor_tasks = [

@@ -5,21 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.harness import REPO_ROOT as REPO_ROOT
+from tests.harness import acta_command as acta_command
+from tests.harness import spawn_worker
 from tests.waiting import wait_for as wait_for
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def acta_command() -> list[str]:
-    script = Path(sys.executable).parent / "acta"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "acta_sqla.cli"]
 
 
 class WorkerProcess:
@@ -67,15 +62,7 @@ def start_worker(
         )
         full_env.update(env or {})
         log_path = tmp_path / f"worker-{len(started)}.log"
-        out = log_path.open("w")
-        proc = subprocess.Popen(
-            [*acta_command(), "worker", "--app", "tests.e2e.app:acta", *args],
-            cwd=REPO_ROOT,
-            env=full_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        proc = spawn_worker("tests.e2e.app:acta", args, full_env, log_path)
         worker = WorkerProcess(proc, log_path)
         started.append(worker)
         return worker

@@ -7,21 +7,13 @@ import signal
 import subprocess
 from collections import Counter
 
+from tests.harness import insert_jobs
+
 from .conftest import acta_command, read_runs, wait_for
 
 
 def enqueue(sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:  # type: ignore[no-untyped-def]
-    extra_names = "".join(f", {k}" for k in cols)
-    extra_values = "".join(", %s" for _ in cols)
-    rows = sql(
-        f"INSERT INTO acta.job (namespace, kind, args{extra_names}) "
-        f"SELECT 'e2e', %s, %s::jsonb{extra_values} FROM generate_series(1, %s) RETURNING id",
-        kind,
-        args,
-        *cols.values(),
-        n,
-    )
-    return [r[0] for r in rows]
+    return insert_jobs(sql, "e2e", kind, n, args, **cols)
 
 
 def statuses(sql) -> Counter[str]:  # type: ignore[no-untyped-def]

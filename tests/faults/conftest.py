@@ -34,12 +34,12 @@ import psycopg
 import pytest
 
 from acta_sqla import migrate
-from tests.e2e.conftest import acta_command, wait_for
+from tests.harness import REPO_ROOT, insert_jobs, spawn_worker
+from tests.waiting import wait_for
 
 from . import oracle
 from .cluster import PrivateCluster
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.app:acta"
 NAMESPACE = "faults"
 SHORT_CLOCK = {"ACTA_HEARTBEAT_INTERVAL": "0.5"}
@@ -171,15 +171,7 @@ def make_workers(
         )
         full_env.update(env or {})
         out_path = tmp_path / f"worker-{len(started)}.log"
-        with out_path.open("w") as out:
-            proc = subprocess.Popen(
-                [*acta_command(), "worker", "--app", APP, *args],
-                cwd=REPO_ROOT,
-                env=full_env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
+        proc = spawn_worker(APP, args, full_env, out_path)
         worker = Worker(proc, out_path, sql)
         started.append(worker)
         if ready:
@@ -205,18 +197,7 @@ def workers(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterato
 
 def enqueue(sql: Sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:
     """Insert ``n`` jobs of ``kind`` in one committed statement; their ids."""
-    names = "".join(f", {k}" for k in cols)
-    values = "".join(", %s" for _ in cols)
-    rows = sql(
-        f"INSERT INTO acta.job (namespace, kind, args{names}) "
-        f"SELECT %s, %s, %s::jsonb{values} FROM generate_series(1, %s) RETURNING id",
-        NAMESPACE,
-        kind,
-        args,
-        *cols.values(),
-        n,
-    )
-    return sorted(r[0] for r in rows)
+    return insert_jobs(sql, NAMESPACE, kind, n, args, **cols)
 
 
 def count_status(sql: Sql, *statuses: str) -> int:

@@ -101,6 +101,17 @@ class Harness:
         # As the claimer does for each row it claims.
         self.permits.free -= 1
 
+    async def start(
+        self, job_id: int, kind: str, deadline_in: float
+    ) -> tuple[Entry, asyncio.Task[None]]:
+        """Start one attempt in the background and wait until its handler runs."""
+        self.take_permit()
+        loop = asyncio.get_running_loop()
+        entry = self.registry.add(job(job_id, kind), loop.time() + deadline_in)
+        task = asyncio.create_task(self.executor.run_once(entry))
+        await until(lambda: entry.state is EntryState.EXECUTING)
+        return entry, task
+
     async def run(self, kind: str, args: str = "{}", attempts: int = 1, **kw: Any) -> Completion:
         self.take_permit()
         loop = asyncio.get_running_loop()
@@ -213,12 +224,8 @@ async def test_an_entry_whose_deadline_fired_is_skipped(h: Harness) -> None:
 
 
 async def test_heartbeat_fire_cancels_a_running_handler(h: Harness) -> None:
-    h.take_permit()
-    loop = asyncio.get_running_loop()
-    entry = h.registry.add(job(6, "hang"), loop.time() + 3600)
-    entry_job = asyncio.create_task(h.executor.run_once(entry))
-    await until(lambda: entry.state is EntryState.EXECUTING)
-    h.registry.fire(entry, Outcome.CANCELLED, loop.time())
+    entry, entry_job = await h.start(6, "hang", 3600)
+    h.registry.fire(entry, Outcome.CANCELLED, asyncio.get_running_loop().time())
     await entry_job
     c = h.completed.get_nowait()
     assert c is not None and (c.status, c.outcome) == ("cancelled", Outcome.CANCELLED)
@@ -257,14 +264,10 @@ async def test_a_timeout_is_told_from_a_lost_lease_by_which_deadline_came_first(
 
 
 async def test_a_renewal_moves_the_running_attempts_deadline_on(h: Harness) -> None:
-    h.take_permit()
-    loop = asyncio.get_running_loop()
-    entry = h.registry.add(job(10, "hang"), loop.time() + 0.03)
     # The kind's 0.05 s timeout is the later of the two for now; a renewal moves the
     # deadline past it, so the attempt ends as a timeout instead of a lost lease.
-    task = asyncio.create_task(h.executor.run_once(entry))
-    await until(lambda: entry.state is EntryState.EXECUTING)
-    h.registry.rearm(entry, loop.time() + 3600)
+    entry, task = await h.start(10, "hang", 0.03)
+    h.registry.rearm(entry, asyncio.get_running_loop().time() + 3600)
     await task
     c = h.completed.get_nowait()
     assert c is not None and c.outcome is Outcome.TIMEOUT
@@ -273,11 +276,7 @@ async def test_a_renewal_moves_the_running_attempts_deadline_on(h: Harness) -> N
 async def test_cancelling_the_executor_hands_over_an_interrupted_completion(
     h: Harness,
 ) -> None:
-    h.take_permit()
-    loop = asyncio.get_running_loop()
-    entry = h.registry.add(job(11, "hang"), loop.time() + 3600)
-    task = asyncio.create_task(h.executor.run_once(entry))
-    await until(lambda: entry.state is EntryState.EXECUTING)
+    entry, task = await h.start(11, "hang", 3600)
     task.cancel()  # the loop is going down
     with pytest.raises(asyncio.CancelledError):
         await task
