@@ -48,6 +48,34 @@ class DatabaseUnavailable(ActaError):
     """The database could not be reached."""
 
 
+class StoreUnavailable(ActaError):
+    """A worker statement could not run because its connection failed (or was killed, or
+    the driver lost track of it); the caller backs off and tries again, and the store opens
+    a new connection on the next call."""
+
+
+class StatementRefused(ActaError):
+    """The database answered a worker statement with an error (not a lost connection).
+
+    ``sqlstate`` is PostgreSQL's code. Only ``data_unwritable`` errors prove that the
+    statement's *data* can never be stored (a string PostgreSQL cannot hold, a number out of
+    range, a value too large): those take the finalizer's isolate-and-fail path. Any other
+    refusal (a revoked privilege, an internal error, a lock or serialization failure) may
+    pass, so the write repeats until it lands.
+    """
+
+    DATA_CLASSES = ("22", "54")
+    """22: data exception; 54: program limit exceeded (a value too large to store)."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+    @property
+    def data_unwritable(self) -> bool:
+        return self.sqlstate[:2] in self.DATA_CLASSES
+
+
 class WorkerCrashed(ActaError):
     """A stage of the worker died of an internal error, and the worker stopped."""
 

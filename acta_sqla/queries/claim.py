@@ -1,0 +1,63 @@
+"""The claim: ONE statement takes due rows for free executors; and when the next row is due.
+
+Each builder returns SQL text with asyncpg ``$n`` parameters for one schema; ``WorkerSQL``
+renders them once per worker. No SQLAlchemy here."""
+
+from __future__ import annotations
+
+from ._render import quote
+
+
+def mint_execution_id(schema: str) -> str:
+    """The fencing token. A sequence's advance is only as durable as the transaction that
+    made it: after a database crash the sequence may hand out again an id that a lost claim
+    carried. So the token is the sequence value (low 40 bits) under the server's start time
+    (high 23 bits), which changes with every restart, crash recovery or failover: a token
+    minted after a crash never equals one minted before it."""
+    return (
+        "(((extract(epoch FROM pg_postmaster_start_time())::bigint % 8388608) << 40)"
+        f" | (nextval('{schema}.execution_id_seq') % 1099511627776))"
+    )
+
+
+def claim_jobs(schema: str) -> str:
+    """Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order, moves each
+    to 'executing', counts the attempt, and mints its execution id (the fencing token).
+    SKIP LOCKED: two claimers never take the same row, and never wait for each other."""
+    s = quote(schema)
+    return f"""
+        WITH picked AS (
+            SELECT id FROM {s}.job
+            WHERE namespace = $1 AND status = 'ready' AND run_at <= now()
+            ORDER BY priority, run_at, id
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE {s}.job AS j SET
+                status = 'executing',
+                attempts = j.attempts + 1,
+                execution_id = {mint_execution_id(schema)},
+                worker_id = $3,
+                claimed_at = now(),
+                started_at = NULL,
+                lease_expires_at = now() + make_interval(secs => $4)
+            -- By primary key whatever the plan: a generic plan (which cannot see that
+            -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+            WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+            RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+                      j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
+                      j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
+        )
+        -- In claim order (the executors take them so); columns in ClaimedJob's order.
+        SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
+               concurrency_key, rate_key, lane_key, parent_id, signals
+        FROM claimed ORDER BY priority, run_at, id"""
+
+
+def next_due_in(schema: str) -> str:
+    """Seconds until the next ready row of namespace $1 is due (None: none is waiting)."""
+    s = quote(schema)
+    return f"""
+        SELECT extract(epoch FROM min(run_at) - now())::float8
+        FROM {s}.job WHERE namespace = $1 AND status = 'ready'"""
