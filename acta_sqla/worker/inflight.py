@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..values import ClaimedJob, Outcome
+from .clock import Clock, Timer
 
 
 class EntryState(StrEnum):
@@ -70,16 +71,19 @@ class Registry:
     ``expired`` set, and the executor turns that into the attempt's completion. Stale heap
     items (re-armed or finished attempts) are skipped when they surface, and the heap is
     rebuilt from the armed entries when stale items outnumber them.
+
+    The alarm's timer comes from the injectable ``clock``: unit tests ring it on a fake
+    clock instead of waiting for wall time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or Clock()
         self._entries: dict[tuple[int, int], Entry] = {}
         self._alarms: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count()
         self._armed = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._timer_at = float("inf")
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -149,17 +153,13 @@ class Registry:
     def _schedule(self, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            loop = self._loop = asyncio.get_running_loop()
         self._timer_at = when
-        self._timer = loop.call_at(when, self._ring)
+        self._timer = self.clock.call_at(when, self._ring)
 
     def _ring(self) -> None:
         self._timer, self._timer_at = None, float("inf")
-        assert self._loop is not None
         # The loop's timers are rounded to the millisecond: what is due within one counts.
-        now = self._loop.time() + 0.001
+        now = self.clock.now() + 0.001
         alarms = self._alarms
         while alarms and alarms[0][0] <= now:
             when, _, entry = heapq.heappop(alarms)

@@ -78,7 +78,7 @@ class Worker:
         self.clock = clock or Clock()
         self.timings = self.settings.timings
         self.executors_count = self.settings.executors
-        self.registry = Registry()
+        self.registry = Registry(self.clock)
         self.permits = Permits(self.executors_count)
         self.claimed: asyncio.Queue[Entry | None] = asyncio.Queue(maxsize=self.executors_count)
         # Room for a full batch and the executors behind it; when it fills, intake stops.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from acta_sqla.values import ClaimedJob, Completion, HeartbeatReport
 from tests.waiting import until as until
@@ -24,16 +24,47 @@ def job(
     )
 
 
+class FakeTimer:
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class FakeClock:
-    """``now`` moves only when told; sleeps and waits are recorded and return at once."""
+    """``now`` moves only when told (``advance``), which also runs the timers then due, in
+    order; sleeps and waits are recorded and return at once."""
 
     def __init__(self, start: float = 1000.0) -> None:
         self.t = start
         self.sleeps: list[float] = []
         self.waits: list[float] = []
+        self.timers: list[FakeTimer] = []
 
     def now(self) -> float:
         return self.t
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> FakeTimer:
+        timer = FakeTimer(when, callback)
+        self.timers.append(timer)
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        """Move time on by ``seconds``, running every timer due by then at its own time."""
+        end = self.t + seconds
+        while True:
+            due = [t for t in self.timers if not t.cancelled and t.when <= end]
+            if not due:
+                break
+            timer = min(due, key=lambda t: t.when)
+            self.timers.remove(timer)
+            self.t = max(self.t, timer.when)
+            timer.callback()
+        self.timers = [t for t in self.timers if not t.cancelled]
+        self.t = end
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)

@@ -1,4 +1,4 @@
-"""The registry's alarm: one loop timer for every running attempt."""
+"""The registry's alarm: one timer for every running attempt, driven by a fake clock."""
 
 from __future__ import annotations
 
@@ -7,70 +7,104 @@ import asyncio
 from acta_sqla.values import Outcome
 from acta_sqla.worker.inflight import Entry, EntryState, Registry
 
-from .fakes import job, until
+from .fakes import FakeClock, job
 
 
-async def _attempt(registry: Registry, entry: Entry) -> str:
+def _attempt(registry: Registry, entry: Entry) -> asyncio.Task[str]:
     """A handler that sleeps until cancelled, armed as the executor arms it."""
-    task = asyncio.current_task()
-    assert task is not None
-    entry.state = EntryState.EXECUTING
-    registry.arm(entry, task)  # type: ignore[arg-type]
-    try:
-        await asyncio.sleep(3600)
-        return "finished"
-    except asyncio.CancelledError:
-        task.uncancel()
-        return "cancelled"
-    finally:
-        registry.disarm(entry)
+
+    async def run() -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        entry.state = EntryState.EXECUTING
+        registry.arm(entry, task)  # type: ignore[arg-type]
+        try:
+            await asyncio.Event().wait()
+            return "finished"
+        except asyncio.CancelledError:
+            task.uncancel()
+            return "cancelled"
+        finally:
+            registry.disarm(entry)
+
+    return asyncio.create_task(run())
+
+
+async def _started(*tasks: asyncio.Task[str]) -> None:
+    for _ in range(3):  # let each task reach its wait (arming its alarm)
+        await asyncio.sleep(0)
+    assert not any(t.done() for t in tasks)
 
 
 async def test_each_attempt_is_cancelled_at_its_own_alarm_in_order() -> None:
-    registry = Registry()
-    now = asyncio.get_running_loop().time()
-    late = registry.add(job(1), now + 0.08)
-    early = registry.add(job(2), now + 0.02)
-    never = registry.add(job(3), now + 3600)
-    order: list[int] = []
+    clock = FakeClock()
+    registry = Registry(clock)
+    late = registry.add(job(1), clock.now() + 80)
+    early = registry.add(job(2), clock.now() + 20)
+    never = registry.add(job(3), clock.now() + 3600)
+    tasks = [_attempt(registry, e) for e in (late, early, never)]
+    await _started(*tasks)
 
-    async def run(entry: Entry) -> None:
-        await _attempt(registry, entry)
-        order.append(entry.job.id)
-
-    tasks = [asyncio.create_task(run(e)) for e in (late, early, never)]
-    await asyncio.wait(tasks[:2])
-    assert order == [2, 1]
-    assert early.expired and late.expired and not never.expired
+    clock.advance(19.9)
+    assert not early.expired and not late.expired
+    clock.advance(0.2)
+    assert early.expired and not late.expired
+    assert await tasks[1] == "cancelled"
+    clock.advance(60)
+    assert late.expired and not never.expired
+    assert await tasks[0] == "cancelled"
     assert not tasks[2].done()
-    registry.fire(never, Outcome.CANCELLED, asyncio.get_running_loop().time())
-    await tasks[2]
+    registry.fire(never, Outcome.CANCELLED, clock.now())
+    assert await tasks[2] == "cancelled"
     assert never.expired and never.stop_reason is Outcome.CANCELLED
 
 
 async def test_the_timeout_rings_when_it_comes_before_the_deadline() -> None:
-    registry = Registry()
-    entry = registry.add(job(1), asyncio.get_running_loop().time() + 3600)
-    entry.timeout_at = asyncio.get_running_loop().time() + 0.02
-    assert await _attempt(registry, entry) == "cancelled"
+    clock = FakeClock()
+    registry = Registry(clock)
+    entry = registry.add(job(1), clock.now() + 3600)
+    entry.timeout_at = clock.now() + 20
+    task = _attempt(registry, entry)
+    await _started(task)
+    clock.advance(20)
+    assert await task == "cancelled"
+    assert entry.timeout_at <= entry.deadline  # the executor reports it as a timeout
+
+
+async def test_a_renewal_moves_a_running_deadline_on() -> None:
+    clock = FakeClock()
+    registry = Registry(clock)
+    entry = registry.add(job(1), clock.now() + 10)
+    task = _attempt(registry, entry)
+    await _started(task)
+    clock.advance(5)
+    registry.rearm(entry, clock.now() + 10)  # a confirmed renewal at t+5
+    clock.advance(9)  # t+14: past the first deadline, before the renewed one
+    await asyncio.sleep(0)
+    assert not entry.expired and not task.done()
+    clock.advance(1)
+    assert await task == "cancelled"
 
 
 async def test_a_finished_attempt_is_never_cancelled_later() -> None:
-    registry = Registry()
-    entry = registry.add(job(1), asyncio.get_running_loop().time() + 0.02)
+    clock = FakeClock()
+    registry = Registry(clock)
+    entry = registry.add(job(1), clock.now() + 20)
     task = asyncio.current_task()
     assert task is not None
     registry.arm(entry, task)
     registry.disarm(entry)
-    await until(lambda: registry._timer is None)  # the alarm rang, for nothing
+    clock.advance(30)  # the alarm rings, for nothing
+    assert registry._timer is None
     assert not entry.expired and task.cancelling() == 0
 
 
 async def test_stale_alarms_do_not_pile_up() -> None:
-    registry = Registry()
+    clock = FakeClock()
+    registry = Registry(clock)
     task = asyncio.current_task()
     assert task is not None
-    deadline = asyncio.get_running_loop().time() + 3600
+    deadline = clock.now() + 3600
     for i in range(10_000):
         entry = registry.add(job(i), deadline)
         registry.arm(entry, task)
