@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 from loguru import logger
 
-from .errors import ActaError, ConfigurationError, DuplicateJob
-from .queries import WorkerSQL
+from .errors import ActaError, ConfigurationError, DuplicateJob, StatementRefused
+from .queries import WorkerSQL, complete
 from .settings import (
     SCHEMA_HEAD,
     SCHEMA_VERSION_TABLE,
@@ -23,7 +23,7 @@ from .settings import (
     ActaSettings,
     Timings,
 )
-from .values import ClaimedJob, Completion, HeartbeatReport
+from .values import ClaimedJob, Completion, ExpiredLease, HeartbeatReport
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, ExceptionContext
@@ -311,7 +311,7 @@ class WorkerStore:
         lease = self.timings.lease
         await asyncio.gather(
             ready(self.claim_conn, self.sql.claim_jobs, self.namespace, 0, self.worker_id, lease),
-            ready(self.complete_conn, self.sql.complete_executions, "[]", self.worker_id),
+            ready(self.complete_conn, self.sql.complete_executions, "[]", self.worker_id, "{}"),
             ready(self.heartbeat_conn),
         )
 
@@ -354,12 +354,16 @@ class WorkerStore:
 
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
-        write applied (the others' leases were lost, or an earlier try landed)."""
-        # Completion is a NamedTuple whose fields are the statement's JSON items, in order:
-        # json.dumps writes each one as an array, in C.
-        rows = await self.complete_conn.fetch(
-            self.sql.complete_executions, json.dumps(batch), self.worker_id
-        )
+        write applied (the others' leases were lost, or an earlier try landed). A refusal
+        of the database raises ``StatementRefused`` (its sqlstate says whether the data
+        can never be stored)."""
+        core, features = complete.encode(batch)
+        try:
+            rows = await self.complete_conn.fetch(
+                self.sql.complete_executions, core, self.worker_id, features
+            )
+        except asyncpg.PostgresError as exc:
+            raise StatementRefused(str(exc), exc.sqlstate or "") from exc
         return {r[0] for r in rows}
 
     # -------------------------------------------------------------- heartbeat and recovery
@@ -429,11 +433,22 @@ class WorkerStore:
             self.sql.release_lock, self.namespace, name, job_id, execution_id
         )
 
-    async def recover_expired(self, limit: int, default_budget: int) -> list[tuple[int, str, bool]]:
-        rows = await self.admin_conn.fetch(
-            self.sql.recover_expired, self.namespace, limit, default_budget
-        )
-        return [(r["id"], r["status"], r["charged"]) for r in rows]
+    async def recover_expired(
+        self, limit: int, decide: Callable[[ExpiredLease], Completion]
+    ) -> list[tuple[int, str, bool]]:
+        """Recovery, step 1: up to ``limit`` rows whose lease ran out, each ended by the
+        completion ``decide`` builds for it (worker/completions.py), applied through the
+        completion's own fenced finish; (id, status, charged) of those applied. Two
+        statements, no transaction between them: the finish is fenced by execution, status
+        and the lease still expired, so a row renewed or written in between is left alone."""
+        found = await self.admin_conn.fetch(self.sql.select_expired, self.namespace, limit)
+        if not found:
+            return []
+        batch = [decide(ExpiredLease._make(r)) for r in found]
+        core, features = complete.encode(batch)
+        rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features)
+        charged = {c.job_id: not c.refund for c in batch}
+        return [(r[0], r[1], charged[r[0]]) for r in rows]
 
     async def mark_dead_workers(self) -> list[int]:
         rows = await self.admin_conn.fetch(

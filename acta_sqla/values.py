@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from .status import JobStatus
 
 # ClaimedJob and Completion are NamedTuples rather than frozen dataclasses: one of each is
 # made per job on the hot path, and a tuple is built in C (a frozen dataclass sets every
@@ -32,17 +34,21 @@ class ClaimedJob(NamedTuple):
 
 
 class Outcome(StrEnum):
-    """What one attempt came to; decides the job's next status."""
+    """What one attempt came to, as stored in ``acta.execution.outcome`` (the values are
+    the stored ones and never change; the names say what each one means)."""
 
     SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    """Raised an error: retried under the budget, else ``failed``."""
+    ERROR = "failed"
+    """A charged attempt that did not succeed (it raised, its result could not be stored, it
+    lost its lease or a lock): retried under the failure budget, else the job ends ``failed``.
+    Stored as ``failed``."""
     TIMEOUT = "timeout"
     """Ran past its execution timeout: a failure under the budget."""
     RETRY = "retry"
     """Asked for a retry at a time (``raise Retry(after=...)``): charged, under the budget."""
-    FAIL = "fail"
-    """Asked to fail now (``raise Fail(...)``), or failed in a way retrying cannot mend."""
+    FAIL_NOW = "fail"
+    """Asked to fail now (``raise Fail(...)``), or failed in a way retrying cannot mend: the
+    job ends ``failed`` whatever is left of its budget. Stored as ``fail``."""
     CANCELLED = "cancelled"
     """Cancelled on request (``raise Cancel`` or an operator's cancel)."""
     INTERRUPTED = "interrupted"
@@ -53,23 +59,35 @@ class Outcome(StrEnum):
     """Cancelled at its attempt deadline: the lease is (about to be) another worker's."""
     LOCK_LOST = "lock_lost"
     """Cancelled because a named lock it held was not renewed: it may be another's now."""
+    LOST = "lost"
+    """Recovery found the attempt's lease expired (its worker crashed or stalled)."""
 
 
-class Completion(NamedTuple):  # fields in the order of complete_executions' JSON items
-    """One finished attempt, as the finalizer writes it.
+Features = dict[str, Any]
+"""A completion's sparse feature input (``{"feature": value}``), keyed by feature name; it
+travels beside the fixed core fields, in a second parameter keyed by job id."""
 
-    ``status`` is the job's next status; ``delay`` the seconds (database clock) before a
-    ``ready`` job is due again; ``charge`` is 0 for a charged attempt (the claim already
-    counted it) and -1 to give the claim's count back.
+
+class Completion(NamedTuple):
+    """One finished attempt, as ``complete_executions`` applies it: every decision is made
+    in Python (``worker/completions.py`` builds every shape); the statement only applies it.
+
+    The fields up to ``cancel_wins`` are the statement's core input, in this order (one
+    JSON array per completion; ``queries/complete.py`` names the positions); ``features``
+    travels apart, so a new feature never shifts them.
     """
 
     job_id: int
     execution_id: int
     outcome: Outcome
-    status: str
+    status: JobStatus
+    """The job's next status."""
     attempt: int
     delay: float = 0.0
-    charge: int = 0
+    """Seconds (database clock) before a ``ready`` job is due again."""
+    refund: bool = False
+    """Give the claim's count of this attempt back (hand-backs, interruptions, an unstarted
+    loss): the attempt is not charged to the failure budget."""
     result_json: str | None = None
     error_type: str | None = None
     error_message: str | None = None
@@ -78,11 +96,49 @@ class Completion(NamedTuple):  # fields in the order of complete_executions' JSO
     """How long the handler ran (None if it never started); dates the Execution row."""
     record: bool = True
     """Write an Execution row (False for hand-backs, which were never an attempt)."""
+    cancel_wins: bool = False
+    """If an operator asked to cancel the job, end it ``cancelled`` instead of ``status``
+    (the row's ``cancel_requested`` is only known to the database: Python decides the rule,
+    the statement applies it)."""
+    keep_last_error: bool = False
+    """Write the error to the Execution row only, leaving the job's ``last_error`` as it
+    was (an uncharged loss: it was never the job's failure)."""
+    ran_by: int | None = None
+    """The worker that ran the attempt, when it is not the writer (recovery); None: the
+    writing worker."""
+    features: Features | None = None
+    """Sparse input of the statement's feature parts (not part of the core array)."""
 
     @property
     def size(self) -> int:
         """Result bytes: what the 4 MiB batch limit counts."""
         return len(self.result_json) if self.result_json is not None else 0
+
+
+CORE_FIELDS = len(Completion._fields) - 1
+"""How many of Completion's fields are the statement's core input (all but ``features``)."""
+
+
+class ExpiredLease(NamedTuple):
+    """A row recovery found ``executing`` past its lease, with what Python needs to decide
+    its completion. Field order is the ``select_expired`` statement's column order."""
+
+    id: int
+    execution_id: int
+    attempts: int
+    """Attempts charged including the lost one (the claim counted it)."""
+    max_attempts: int | None
+    """The job's own budget, if it set one."""
+    override_max_attempts: int | None
+    """The kind's stored override (``acta kinds set``), if any."""
+    declared_max_attempts: int | None
+    """The budget the kind's code declared, if stored."""
+    started: bool
+    """The database knows the attempt started (a heartbeat said so)."""
+    lost_unstarted_before: bool
+    """An earlier attempt of this job was lost before it was known to start."""
+    worker_id: int | None
+    """The worker that held the lease."""
 
 
 @dataclass(frozen=True, slots=True)

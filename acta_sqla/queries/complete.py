@@ -1,47 +1,112 @@
 """complete_executions: ONE statement writes every completion of a batch, whatever its shape.
 
+The statement is composed from named parts, each a CTE with its guard said beside it:
+
+* :data:`INPUT` (``c``): the batch's core fields, one row per completion;
+* :data:`FEATURE_INPUT` (``f``): the sparse feature input, keyed by job id;
+* :func:`fenced_finish` (``done``): applies each completion to its job, fenced by
+  (job, execution) and status ``executing``;
+* :func:`history` (``history``): the attempt's Execution row;
+* then one part per feature (:data:`FEATURE_PARTS`), each reading ``f`` joined to ``done``.
+
+Effects that must happen on EVERY way out of ``executing`` or into a terminal state (free
+the attempt's concurrency slots; later, hand a lane on and tell a parent) are NOT parts of
+this statement: the ``job_terminal_effects`` trigger (migration 0003) runs them for this
+statement, for recovery and for the session's cancel alike.
+
+Python makes every decision (``worker/completions.py``); this statement only applies it.
 Each builder returns SQL text with asyncpg ``$n`` parameters for one schema; ``WorkerSQL``
-renders them once per worker. No SQLAlchemy here."""
+renders them once per worker. No SQLAlchemy here.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from ..values import CORE_FIELDS, Completion
 from ._render import TERMINAL, quote
 
+# ------------------------------------------------------------------------------ input
 
-def complete_executions(schema: str) -> str:
-    """complete_executions: ONE statement writes every completion of a batch, whatever its
-    shape. Guard: the row must still be 'executing' under the same execution id, so a
-    repeated or late write (another worker took the row, or this one landed already)
-    matches nothing and is reported as lease lost, never applied twice."""
+CORE: tuple[tuple[str, str], ...] = (
+    ("job_id", "bigint"),
+    ("execution_id", "bigint"),
+    ("outcome", "text"),
+    ("status", "text"),
+    ("attempt", "int"),
+    ("delay", "float8"),
+    ("refund", "bool"),
+    ("result_json", "text"),
+    ("error_type", "text"),
+    ("error_message", "text"),
+    ("traceback", "text"),
+    ("ran_seconds", "float8"),
+    ("record", "bool"),
+    ("cancel_wins", "bool"),
+    ("keep_last_error", "bool"),
+    ("ran_by", "bigint"),
+)
+"""The core fields, in the order of ``Completion``'s fields (a unit test holds them equal):
+the positions ``e->>0 …`` are rendered from this list, never written by hand."""
+
+
+def encode(batch: Sequence[Completion]) -> tuple[str, str]:
+    """The statement's two inputs: ``$1`` the core array (one JSON array per completion,
+    ``Completion``'s core fields in order) and ``$3`` the sparse features, keyed by job id
+    (``{}`` when no completion carries any).
+
+    One text parameter encodes in a fraction of the time of a dozen typed arrays
+    (json.dumps writes each NamedTuple as an array, in C), and a string the server cannot
+    store (a lone surrogate) is a data error of this statement, never a client-side one."""
+    core = json.dumps([c[:CORE_FIELDS] for c in batch])
+    features = {c.job_id: c.features for c in batch if c.features}
+    return core, json.dumps(features) if features else "{}"
+
+
+INPUT = "c AS (SELECT {columns} FROM jsonb_array_elements($1::jsonb) AS e)".format(
+    columns=", ".join(f"(e->>{i})::{t} AS {name}" for i, (name, t) in enumerate(CORE))
+)
+"""``c``: one row per completion of the batch. Guard: none (input only)."""
+
+FEATURE_INPUT = "f AS (SELECT key::bigint AS job_id, value AS features FROM jsonb_each($3::jsonb))"
+"""``f``: the feature input of the completions that carry one. Guard: none (input only);
+PostgreSQL does not evaluate it unless a feature part reads it, so a plain batch pays
+nothing for it."""
+
+# ------------------------------------------------------------------------------ the finish
+
+LEASE_STILL_EXPIRED = "AND j.lease_expires_at < now()"
+"""Recovery's extra guard: a row whose lease was renewed since recovery read it (its worker
+was only slow) is left alone."""
+
+
+def fenced_finish(schema: str, extra_guard: str = "") -> str:
+    """``done``: each completion applied to its job. Guard: the row must still be
+    'executing' under the same execution id, so a repeated or late write (another worker
+    took the row, recovery reclaimed it, or this write landed already) matches nothing
+    and is reported as lease lost, never applied twice. ``extra_guard`` adds a condition
+    (recovery: :data:`LEASE_STILL_EXPIRED`)."""
     s = quote(schema)
-    return f"""
-        WITH c AS (
-            -- $1 is a JSON array with one array per completion, its items in the field
-            -- order of Completion: one text parameter encodes in a fraction of the time
-            -- of thirteen typed arrays, and a string the server cannot store (a lone
-            -- surrogate) is a data error of this statement, never a client-side one.
-            SELECT (e->>0)::bigint AS job_id, (e->>1)::bigint AS execution_id,
-                   e->>2 AS outcome, e->>3 AS status, (e->>4)::int AS attempt,
-                   (e->>5)::float8 AS delay, (e->>6)::int AS charge, e->>7 AS result,
-                   e->>8 AS error_type, e->>9 AS error_message, e->>10 AS traceback,
-                   (e->>11)::float8 AS ran_seconds, (e->>12)::bool AS record
-            FROM jsonb_array_elements($1::jsonb) AS e
-        ),
-        done AS (
+    return f"""done AS (
             UPDATE {s}.job AS j SET
-                -- An operator's cancel wins over a retry: the job ends 'cancelled'.
-                status = CASE WHEN j.cancel_requested AND c.status = 'ready'
+                -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
+                -- the row's cancel_requested is only known here.
+                status = CASE WHEN c.cancel_wins AND j.cancel_requested
                               THEN 'cancelled' ELSE c.status END,
-                attempts = j.attempts + c.charge,
+                attempts = CASE WHEN c.refund THEN j.attempts - 1 ELSE j.attempts END,
                 run_at = CASE WHEN c.status = 'ready'
                               THEN now() + make_interval(secs => c.delay)
                               ELSE j.run_at END,
-                result = CASE WHEN c.status = 'succeeded' THEN c.result::jsonb
+                result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                               ELSE j.result END,
-                last_error = CASE WHEN c.error_type IS NULL THEN j.last_error
+                last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
+                                  THEN j.last_error
                                   ELSE jsonb_build_object('type', c.error_type,
                                                           'message', c.error_message) END,
-                finished_at = CASE WHEN c.status IN {TERMINAL} OR j.cancel_requested
+                finished_at = CASE WHEN c.status IN {TERMINAL}
+                                     OR (c.cancel_wins AND j.cancel_requested)
                                    THEN now() END,
                 worker_id = NULL,
                 lease_expires_at = NULL
@@ -51,18 +116,64 @@ def complete_executions(schema: str) -> str:
             -- and whose index entries grow dead with every drained row.
             WHERE j.id = ANY (ARRAY(SELECT c.job_id FROM c))
               AND j.id = c.job_id AND j.execution_id = c.execution_id
-              AND j.status = 'executing'
-            RETURNING j.id, j.claimed_at, c.execution_id, c.attempt, c.ran_seconds,
-                      c.outcome, c.error_type, c.error_message, c.traceback, c.record
-        ),
-        history AS (
+              AND j.status = 'executing' {extra_guard}
+            RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
+                      c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
+                      c.record, c.ran_by
+        )"""
+
+
+def history(schema: str) -> str:
+    """``history``: the attempt's Execution row, dated from how long the handler ran (or,
+    when it never ran here, from the row's own start: recovery). Guard: only rows the
+    fenced finish applied, and only real attempts (``record``: not hand-backs)."""
+    s = quote(schema)
+    return f"""history AS (
             INSERT INTO {s}.execution AS e (id, job_id, attempt, worker_id, claimed_at,
                 started_at, finished_at, outcome, error_type, error_message, traceback)
-            SELECT d.execution_id, d.id, d.attempt, $2, d.claimed_at,
-                   CASE WHEN d.ran_seconds IS NULL THEN NULL
+            SELECT d.execution_id, d.id, d.attempt, coalesce(d.ran_by, $2), d.claimed_at,
+                   CASE WHEN d.ran_seconds IS NULL THEN d.started_at
                         ELSE now() - make_interval(secs => d.ran_seconds) END,
                    now(), d.outcome, d.error_type, d.error_message, d.traceback
             FROM done AS d
             WHERE d.record
-        )
-        SELECT id FROM done"""
+        )"""
+
+
+# ------------------------------------------------------------------------------ features
+
+
+class FeaturePart(NamedTuple):
+    """One feature's part of the statement: a CTE named ``name`` whose body ``build(schema)``
+    returns. It reads its input from ``f`` (``f.features->'<feature>'``) and must join
+    ``done`` (``JOIN done d ON d.id = f.job_id``), so it acts only on rows the fenced finish
+    applied. It must not UPDATE ``job`` (the finish already did: a row updated twice in one
+    statement keeps only one of the writes)."""
+
+    name: str
+    build: Callable[[str], str]
+    """The CTE's body for one schema."""
+
+
+FEATURE_PARTS: tuple[FeaturePart, ...] = ()
+"""The features the statement applies, in order. Next: the signal wait, children waits and
+spawns, a schedule's next fire, a lane's hand-on (each fed by ``Completion.features``)."""
+
+
+# ------------------------------------------------------------------------------ the statement
+
+
+def compose(
+    schema: str, extra_guard: str = "", features: Sequence[FeaturePart] = FEATURE_PARTS
+) -> str:
+    """The parts in order, as ONE statement: ``$1`` core input, ``$2`` the writing worker,
+    ``$3`` features. Answers (id, status) of every job the finish applied."""
+    parts = [INPUT, FEATURE_INPUT, fenced_finish(schema, extra_guard), history(schema)]
+    parts += [f"{p.name} AS ({p.build(schema)})" for p in features]
+    return "\n        WITH " + ",\n        ".join(parts) + "\n        SELECT id, status FROM done"
+
+
+def complete_executions(schema: str) -> str:
+    """complete_executions: ONE statement writes every completion of a batch, whatever its
+    shape (see the module's parts). Guard: (job, execution) and status 'executing'."""
+    return compose(schema)

@@ -5,68 +5,44 @@ renders them once per worker. No SQLAlchemy here."""
 
 from __future__ import annotations
 
+from ..values import Outcome
+from . import complete
 from ._render import TERMINAL, quote
 
 
-def recover_expired(schema: str) -> str:
-    """Recovery, step 1: rows whose lease ran out go back to 'ready'. An attempt the database
-    knows had started is charged (and ends 'failed' when the budget is spent); one only
-    claimed gets its count back -- unless the same job was already lost unstarted
-    before, so that a job that kills its worker at once still ends after its budget
-    instead of looping forever."""
+def select_expired(schema: str) -> str:
+    """Recovery, step 1a: up to $2 rows of namespace $1 whose lease ran out, oldest first,
+    with what Python needs to decide their completion (``ExpiredLease``'s columns, in its
+    order): attempts, the budget inputs, whether the attempt is known to have started, and
+    whether the job was already lost unstarted before. SKIP LOCKED: a row its worker is
+    writing right now is left to that write. No decision here: ``worker/completions.py``
+    makes it, and :func:`finish_expired` applies it."""
     s = quote(schema)
     return f"""
-        WITH expired AS (
-            SELECT j.id, j.execution_id, j.attempts, j.started_at, j.claimed_at,
-                   j.worker_id,
-                   coalesce(j.max_attempts, (d.overrides->>'max_attempts')::int,
-                            (d.declared->>'max_attempts')::int, $3) AS budget,
-                   (j.started_at IS NOT NULL OR EXISTS (
-                        SELECT 1 FROM {s}.execution e
-                        WHERE e.job_id = j.id AND e.outcome = 'lost' AND e.started_at IS NULL
-                   )) AS charged
-            FROM {s}.job j
-            LEFT JOIN {s}.definition d ON d.namespace = j.namespace AND d.kind = j.kind
-            WHERE j.namespace = $1 AND j.status = 'executing' AND j.lease_expires_at < now()
-            ORDER BY j.lease_expires_at
-            LIMIT $2
-            FOR UPDATE OF j SKIP LOCKED
-        ),
-        recovered AS (
-            UPDATE {s}.job AS j SET
-                status = CASE WHEN j.cancel_requested THEN 'cancelled'
-                              WHEN e.charged AND e.attempts >= e.budget THEN 'failed'
-                              ELSE 'ready' END,
-                attempts = CASE WHEN e.charged THEN j.attempts ELSE j.attempts - 1 END,
-                run_at = now(),
-                last_error = CASE WHEN e.charged THEN jsonb_build_object(
-                    'type', 'acta.LeaseExpired',
-                    'message', CASE WHEN e.attempts >= e.budget
-                        THEN format('the worker running attempt %s of %s stopped renewing '
-                                    'its lease (crashed or stalled): failure budget spent',
-                                    e.attempts, e.budget)
-                        ELSE 'the worker running this attempt stopped renewing its lease '
-                             '(crashed or stalled)' END)
-                    ELSE j.last_error END,
-                finished_at = CASE WHEN j.cancel_requested
-                                     OR (e.charged AND e.attempts >= e.budget)
-                                   THEN now() END,
-                worker_id = NULL,
-                lease_expires_at = NULL
-            FROM expired e
-            WHERE j.id = e.id
-            RETURNING j.id, j.status
-        ),
-        history AS (
-            INSERT INTO {s}.execution (id, job_id, attempt, worker_id, claimed_at,
-                started_at, finished_at, outcome, error_type, error_message)
-            SELECT e.execution_id, e.id, e.attempts, e.worker_id, e.claimed_at,
-                   e.started_at, now(), 'lost', 'acta.LeaseExpired',
-                   CASE WHEN e.charged THEN 'lease expired after the attempt started'
-                        ELSE 'lease expired before the attempt was known to start' END
-            FROM expired e JOIN recovered r ON r.id = e.id
-        )
-        SELECT r.id, r.status, e.charged FROM recovered r JOIN expired e ON e.id = r.id"""
+        SELECT j.id, j.execution_id, j.attempts, j.max_attempts,
+               (d.overrides->>'max_attempts')::int AS override_max_attempts,
+               (d.declared->>'max_attempts')::int AS declared_max_attempts,
+               j.started_at IS NOT NULL AS started,
+               EXISTS (
+                   SELECT 1 FROM {s}.execution e
+                   WHERE e.job_id = j.id AND e.outcome = '{Outcome.LOST.value}'
+                     AND e.started_at IS NULL
+               ) AS lost_unstarted_before,
+               j.worker_id
+        FROM {s}.job j
+        LEFT JOIN {s}.definition d ON d.namespace = j.namespace AND d.kind = j.kind
+        WHERE j.namespace = $1 AND j.status = 'executing' AND j.lease_expires_at < now()
+        ORDER BY j.lease_expires_at
+        LIMIT $2
+        FOR UPDATE OF j SKIP LOCKED"""
+
+
+def finish_expired(schema: str) -> str:
+    """Recovery, step 1b: the completions Python built for the expired rows, applied by the
+    same parts as complete_executions (so the same terminal effects follow). Guard: the
+    fenced finish's (job, execution, 'executing'), plus the lease still expired, so a row
+    renewed since step 1a (its worker was only slow) is left alone."""
+    return complete.compose(schema, extra_guard=complete.LEASE_STILL_EXPIRED)
 
 
 def mark_dead_workers(schema: str) -> str:

@@ -26,6 +26,7 @@ class WorkerSQL:
         self.heartbeat = heartbeat.heartbeat(schema)
         self.take_lock = locks.take_lock(schema)
         self.release_lock = locks.release_lock(schema)
-        self.recover_expired = recovery.recover_expired(schema)
+        self.select_expired = recovery.select_expired(schema)
+        self.finish_expired = recovery.finish_expired(schema)
         self.mark_dead_workers = recovery.mark_dead_workers(schema)
         self.prune_finished = recovery.prune_finished(schema)

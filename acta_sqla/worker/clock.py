@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Timer(Protocol):
@@ -41,6 +41,11 @@ class Clock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def timeout(self, seconds: float) -> contextlib.AbstractAsyncContextManager[Any]:
+        """``async with clock.timeout(s):`` raises TimeoutError when ``s`` seconds pass
+        (the finalizer's 50 ms batch window)."""
+        return asyncio.timeout(seconds)
 
     async def wait(self, event: asyncio.Event, seconds: float) -> bool:
         """Wait for ``event`` at most ``seconds``; True if it was set."""

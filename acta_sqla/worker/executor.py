@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import functools
 import json
-import traceback as tb
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,9 +21,11 @@ from ..app import Handler
 from ..context import Context
 from ..errors import Cancel, Fail, Retry
 from ..policy import Policy
-from ..settings import MAX_RESULT_BYTES, MAX_TRACEBACK_CHARS
-from ..values import ClaimedJob, Completion, Outcome
+from ..settings import MAX_RESULT_BYTES
+from ..values import Completion, Outcome
+from . import completions
 from .clock import Clock
+from .completions import error_fields
 from .inflight import Entry, EntryState, Permits, Registry
 from .locks import Locker, LockStore
 
@@ -33,86 +34,6 @@ log = logger.bind(stage="executor")
 Admission = Callable[[Entry], Awaitable[Completion | None]]
 """Admission before the handler (concurrency slot, rate meter): None admits the entry, a
 completion bounces it."""
-
-
-def _clean(text: str) -> str:
-    # PostgreSQL text cannot hold NUL bytes; an error message must never make its own
-    # completion unwritable.
-    return text.replace("\x00", "\\x00")
-
-
-def _error_fields(exc: BaseException) -> tuple[str, str, str]:
-    kind = type(exc).__qualname__
-    module = type(exc).__module__
-    if module not in ("builtins", "__main__"):
-        kind = f"{module}.{kind}"
-    message = _clean(str(exc))[:4000]
-    trace = _clean("".join(tb.format_exception(exc)))
-    if len(trace) > MAX_TRACEBACK_CHARS:
-        trace = "…" + trace[-MAX_TRACEBACK_CHARS:]
-    return kind, message, trace
-
-
-def handback(job: ClaimedJob, delay: float) -> Completion:
-    """An unstarted row goes back ``ready`` after ``delay``, its attempt given back."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.HANDBACK,
-        status="ready",
-        attempt=job.attempts,
-        delay=delay,
-        charge=-1,
-        record=False,
-    )
-
-
-def succeeded(job: ClaimedJob, result_json: str | None, ran: float) -> Completion:
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.SUCCEEDED,
-        status="succeeded",
-        attempt=job.attempts,
-        result_json=result_json,
-        ran_seconds=ran,
-    )
-
-
-def failed(
-    job: ClaimedJob,
-    policy: Policy,
-    outcome: Outcome,
-    error: tuple[str, str, str],
-    ran: float | None,
-    retry_after: float | None = None,
-) -> Completion:
-    """A charged attempt that did not succeed: retried while the budget lasts."""
-    budget = job.max_attempts if job.max_attempts is not None else policy.max_attempts
-    kind, message, trace = error
-    common = dict(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=outcome,
-        attempt=job.attempts,
-        error_type=kind,
-        error_message=message,
-        traceback=trace,
-        ran_seconds=ran,
-    )
-    if outcome is Outcome.CANCELLED:
-        return Completion(status="cancelled", **common)  # type: ignore[arg-type]
-    if outcome is Outcome.INTERRUPTED:
-        # Stopped by this worker's forced shutdown, not by the job: retried, uncharged.
-        return Completion(status="ready", charge=-1, **common)  # type: ignore[arg-type]
-    if outcome is Outcome.FAIL or job.attempts >= budget:
-        if outcome is not Outcome.FAIL and job.attempts >= budget:
-            common["error_message"] = (
-                f"{message} (attempt {job.attempts} of {budget}: failure budget spent)"
-            )
-        return Completion(status="failed", **common)  # type: ignore[arg-type]
-    delay = retry_after if retry_after is not None else policy.retry_delay(job.attempts)
-    return Completion(status="ready", delay=delay, **common)  # type: ignore[arg-type]
 
 
 def encode_result(result: Any) -> str | None:
@@ -198,7 +119,7 @@ class Executor:
                 "job {}: the executor failed around its handler", entry.job.id
             )
             policy = self.policies(entry.job.kind)
-            completion = failed(entry.job, policy, Outcome.FAILED, _error_fields(exc), None)
+            completion = completions.failed(entry.job, policy, error_fields(exc), None)
         entry.state = EntryState.FINALIZING
         try:
             self.completed.put_nowait(completion)
@@ -220,7 +141,7 @@ class Executor:
                     job.kind,
                     self.safety_poll,
                 )
-            return handback(job, self.safety_poll)
+            return completions.handback(job, self.safety_poll)
         if self.admit is not None:
             bounced = await self.admit(entry)
             if bounced is not None:
@@ -234,7 +155,7 @@ class Executor:
             kwargs = handler.load_args(job.args_json)
         except Exception as exc:
             # Args that no longer fit the handler's signature will not fit on a retry.
-            return failed(job, policy, Outcome.FAIL, _error_fields(exc), None)
+            return completions.fail_now(job, error_fields(exc), None)
         ctx = Context(
             job_id=job.id,
             kind=job.kind,
@@ -270,7 +191,7 @@ class Executor:
                 # The handler raised it itself (or awaited something cancelled): a failure.
                 error = exc
             else:
-                self._interrupted(entry, policy, exc, now)
+                self._interrupted(entry, exc, now)
                 raise
         except BaseException as exc:  # a handler must never take the worker down
             error = exc
@@ -279,58 +200,86 @@ class Executor:
         if entry.expired and task.uncancel() > cancelling:
             # The executor task itself is also being cancelled (the loop is going down).
             exc = asyncio.CancelledError()
-            self._interrupted(entry, policy, exc, now)
+            self._interrupted(entry, exc, now)
             raise exc
         ran = self.clock.now() - now
         if entry.expired:
             return self._stopped(entry, policy, ran)
         if error is None:
             try:
-                return succeeded(job, encode_result(result), ran)
+                return completions.succeeded(job, encode_result(result), ran)
             except ValueError as exc:
-                return failed(job, policy, Outcome.FAILED, _error_fields(ResultError(exc)), ran)
+                return completions.failed(job, policy, error_fields(ResultError(exc)), ran)
         if isinstance(error, Retry):
-            return failed(
-                job, policy, Outcome.RETRY, _error_fields(error), ran, retry_after=error.after
-            )
+            return completions.retry_at(job, policy, error_fields(error), ran, error.after)
         if isinstance(error, Fail):
-            return failed(job, policy, Outcome.FAIL, _error_fields(error), ran)
+            return completions.fail_now(job, error_fields(error), ran)
         if isinstance(error, Cancel):
-            return failed(job, policy, Outcome.CANCELLED, _error_fields(error), ran)
-        return failed(job, policy, Outcome.FAILED, _error_fields(error), ran)
+            return completions.cancelled(job, error_fields(error), ran)
+        return completions.failed(job, policy, error_fields(error), ran)
 
-    def _interrupted(
-        self, entry: Entry, policy: Policy, exc: BaseException, started: float
-    ) -> None:
+    def _interrupted(self, entry: Entry, exc: BaseException, started: float) -> None:
         """The executor task itself is being cancelled (the loop is going down): hand the
         completion over before the cancel goes through."""
         ran = self.clock.now() - started
         with contextlib.suppress(asyncio.QueueFull):  # else: recovered by lease
-            self.completed.put_nowait(
-                failed(entry.job, policy, Outcome.INTERRUPTED, _error_fields(exc), ran)
-            )
+            self.completed.put_nowait(completions.interrupted(entry.job, error_fields(exc), ran))
         entry.state = EntryState.FINALIZING
         self.permits.release(1)
 
     def _stopped(self, entry: Entry, policy: Policy, ran: float) -> Completion:
         """The attempt's alarm rang (or it was fired): say why, as its completion."""
-        job = entry.job
         reason = entry.stop_reason
         if reason is None:
             # The alarm rang at the earlier of the two; which one is decided by comparing
             # them, not by reading the clock again (uvloop rounds timers to milliseconds and
             # its clock may read a hair before the deadline that fired).
             reason = Outcome.TIMEOUT if entry.timeout_at <= entry.deadline else Outcome.LEASE_LOST
-        messages = {
-            Outcome.TIMEOUT: f"execution timeout: the attempt ran past {policy.timeout:g}s",
-            Outcome.LEASE_LOST: "the attempt deadline passed without a confirmed lease renewal",
-            Outcome.LOCK_LOST: "a named lock the attempt held was not renewed",
-            Outcome.CANCELLED: "cancelled on request",
-            Outcome.INTERRUPTED: "interrupted by the worker's shutdown; retried uncharged",
-        }
-        error = ("acta." + reason.value, messages.get(reason, reason.value), "")
-        if reason in (Outcome.LEASE_LOST, Outcome.LOCK_LOST):
-            # Written anyway: if the row is still ours the write applies (a failed attempt);
-            # if another worker took it, the fence makes it a no-op.
-            return failed(job, policy, Outcome.FAILED, error, ran)
-        return failed(job, policy, reason, error, ran)
+        return completions.stopped(entry.job, policy, reason, ran)
+
+
+class Executors:
+    """The N executor loops as one stage, with the claimer's and heartbeat's lifecycle:
+    ``start()`` creates one task per executor, ``stop()`` (idempotent) ends them, and a
+    test drives one entry through one executor with ``Executor.run_once``."""
+
+    def __init__(self, executors: Sequence[Executor], claimed: asyncio.Queue[Entry | None]):
+        self.executors = tuple(executors)
+        self.claimed = claimed
+        self._tasks: tuple[asyncio.Task[None], ...] = ()
+        self._stopped = False
+
+    @property
+    def tasks(self) -> tuple[asyncio.Task[None], ...]:
+        """The running loops' tasks (empty before ``start``)."""
+        return self._tasks
+
+    def start(self, on_ended: Callable[[asyncio.Task[Any]], None] | None = None) -> None:
+        """One task per executor, named ``acta-executor-<i>``; ``on_ended`` is called when
+        one ends (the supervisor tells a crash from the plan)."""
+        if self._tasks or self._stopped:
+            return
+        self._tasks = tuple(
+            asyncio.create_task(e.run(), name=f"acta-executor-{i}")
+            for i, e in enumerate(self.executors)
+        )
+        if on_ended is not None:
+            for task in self._tasks:
+                task.add_done_callback(on_ended)
+
+    async def stop(self, seconds: float) -> int:
+        """End every loop: one ``None`` per executor on the Claimed channel (each returns
+        once it has finished the entry in hand), then, after ``seconds``, cancel
+        those still running (a cancelled attempt hands over an interrupted completion).
+        Returns how many had to be cancelled. Idempotent: a second call returns 0."""
+        if self._stopped:
+            return 0
+        self._stopped = True
+        if not self._tasks:
+            return 0
+        for _ in self._tasks:
+            self.claimed.put_nowait(None)
+        _done, stuck = await asyncio.wait(self._tasks, timeout=seconds)
+        for task in stuck:
+            task.cancel()
+        return len(stuck)

@@ -8,9 +8,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import asyncpg
 from loguru import logger
 
+from ..errors import StatementRefused
 from ..settings import (
     BATCH_MAX_BYTES,
     BATCH_MAX_COMPLETIONS,
@@ -20,7 +20,8 @@ from ..settings import (
     WRITE_REPEAT_MAX_SECONDS,
     WRITE_REPEAT_WARNINGS,
 )
-from ..values import Completion, Outcome
+from ..values import Completion
+from . import completions
 from .clock import Clock
 from .inflight import Registry
 
@@ -79,12 +80,55 @@ class Finalizer:
         self._carry: Completion | None = None
         self._stop_seen = False
         self._flushed = False
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The running loop's task (None before ``start``)."""
+        return self._task
+
+    def start(self, on_ended: Callable[[asyncio.Task[Any]], None] | None = None) -> None:
+        """Run :meth:`run` as the task ``acta-finalizer``; ``on_ended`` is called when it
+        ends (the supervisor tells a crash from the plan)."""
+        if self._task is None and not self._stopped:
+            self._task = asyncio.create_task(self.run(), name="acta-finalizer")
+            if on_ended is not None:
+                self._task.add_done_callback(on_ended)
+
+    async def stop(self, seconds: float) -> None:
+        """Flush: put STOP behind the last completion and let the loop write everything
+        before it. A write still failing after ``seconds`` is given up (its rows
+        come back through recovery) and the loop ends. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        task = self._task
+        if task is None:
+            return
+        await self.completed.put(STOP)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), seconds)
+        except TimeoutError:
+            self.abandon = True
+            await task
 
     async def run(self) -> None:
+        """Batches until STOP has come and everything before it is written."""
         while not self._stop_seen or self._carry is not None:
-            batch = await self.next_batch()
-            if batch:
-                await self.write(batch)
+            await self.run_once()
+
+    async def run_once(self) -> list[Completion]:
+        """One batch: assemble it (:meth:`next_batch`) and write it (:meth:`write`);
+        returns it (empty when only a STOP or FLUSH marker came)."""
+        batch = await self.next_batch()
+        if batch:
+            await self.write(batch)
+        return batch
+
+    # ------------------------------------------------------------------ one batch
 
     async def next_batch(self) -> list[Completion]:
         """Assemble one batch by the rules above (empty only when the STOP sentinel came)."""
@@ -108,7 +152,7 @@ class Finalizer:
         size = self._take_waiting(batch, size)
         if backlog and self._room(batch):
             try:
-                async with asyncio.timeout(BATCH_WINDOW_SECONDS):
+                async with self.clock.timeout(BATCH_WINDOW_SECONDS):
                     while self._room(batch):
                         item = await self.completed.get()
                         if not self._add(batch, item, size):
@@ -167,10 +211,12 @@ class Finalizer:
             try:
                 applied = await self.store.complete_executions(batch)
                 break
-            except asyncpg.PostgresError as exc:
-                if _is_data_error(exc):
+            except StatementRefused as exc:
+                if exc.data_unwritable:
                     applied = await self._write_apart(batch, exc)
                     break
+                # Any other refusal (a revoked privilege, an internal error, a lock or
+                # serialization failure) may pass: the write repeats until it lands.
                 error: Exception = exc
             except Exception as exc:
                 error = exc
@@ -209,16 +255,7 @@ class Finalizer:
                 c.job_id,
                 exc,
             )
-            fallback = Completion(
-                job_id=c.job_id,
-                execution_id=c.execution_id,
-                outcome=Outcome.FAIL,
-                status="failed",
-                attempt=c.attempt,
-                error_type="acta.CompletionRefused",
-                error_message=f"the completion could not be stored: {str(exc)[:500]}",
-                ran_seconds=c.ran_seconds,
-            )
+            fallback = completions.refused(c, str(exc))
             try:
                 return await self.store.complete_executions([fallback])
             except Exception as again:
@@ -228,8 +265,8 @@ class Finalizer:
         for c in batch:
             try:
                 applied |= await self.store.complete_executions([c])
-            except asyncpg.PostgresError as one:
-                if not _is_data_error(one):
+            except StatementRefused as one:
+                if not one.data_unwritable:
                     raise
                 applied |= await self._write_apart([c], one)
         return applied
@@ -248,12 +285,3 @@ class Finalizer:
         self.batches += 1
         if self.on_written is not None:
             self.on_written(batch, applied, seconds)
-
-
-_CONNECTION_CLASSES = ("08", "57", "53", "25")
-
-
-def _is_data_error(exc: asyncpg.PostgresError) -> bool:
-    """True for errors about the statement's data (22xxx, 23xxx...), not its connection."""
-    state = getattr(exc, "sqlstate", None) or ""
-    return state[:2] not in _CONNECTION_CLASSES and state[:2] in ("22", "23", "42", "XX")

@@ -2,11 +2,14 @@
 
 Every step is its own short statement over bounded chunks, and each is fenced by status
 and lease in its WHERE clause, so a worker that dies mid-pass holds nothing back: the next
-pass (one lease later, on any worker) simply finds what is left.
+pass (one lease later, on any worker) simply finds what is left. Expired rows are ended by
+the completions ``completions.lease_expired`` decides, applied through the fenced finish
+of complete_executions (so the same terminal effects follow).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,13 +22,15 @@ from ..settings import (
     PRUNE_CHUNKS,
     RECOVERY_CHUNK,
 )
+from ..values import Completion, ExpiredLease
+from . import completions
 
 log = logger.bind(stage="recovery")
 
 
 class RecoveryStore(Protocol):
     async def recover_expired(
-        self, limit: int, default_budget: int
+        self, limit: int, decide: Callable[[ExpiredLease], Completion]
     ) -> list[tuple[int, str, bool]]: ...
     async def mark_dead_workers(self) -> list[int]: ...
     async def prune_finished(self, limit: int, default_retention: float) -> int: ...
@@ -40,10 +45,16 @@ class RecoveryResult:
     pruned: int = 0
 
 
+def decide_expired(lost: ExpiredLease) -> Completion:
+    """What becomes of a row whose lease ran out: completions.py decides (the budget's
+    default is the seed's, as a kind's stored definition gives its own)."""
+    return completions.lease_expired(lost, DEFAULT_MAX_ATTEMPTS)
+
+
 async def run_recovery(store: RecoveryStore) -> RecoveryResult:
     result = RecoveryResult()
     while True:
-        rows = await store.recover_expired(RECOVERY_CHUNK, DEFAULT_MAX_ATTEMPTS)
+        rows = await store.recover_expired(RECOVERY_CHUNK, decide_expired)
         result.recovered += len(rows)
         result.charged += sum(1 for _, _, charged in rows if charged)
         result.failed += sum(1 for _, status, _ in rows if status == "failed")

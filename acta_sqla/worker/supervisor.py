@@ -34,8 +34,9 @@ from ..store import Listener, StoreUnavailable, WorkerStore, app_name, database_
 from ..values import Completion, Outcome
 from .claimer import Claimer
 from .clock import Clock
-from .executor import Executor, handback
-from .finalizer import STOP, Finalizer
+from .completions import handback
+from .executor import Executor, Executors
+from .finalizer import Finalizer
 from .heartbeat import Heartbeat
 from .inflight import Entry, EntryState, Permits, Registry
 from .recovery import run_recovery
@@ -170,23 +171,26 @@ class Worker:
             on_claim=lambda n, s: metrics.record_claim(self.namespace, n, s),
             on_idle=self.finalizer.flush,
         )
-        self.executor_stages = [
-            Executor(
-                self.acta.handlers,
-                self.policy,
-                self.registry,
-                self.permits,
-                self.claimed,
-                self.completed,
-                self.namespace,
-                self.settings.safety_poll_interval,
-                self._pool,
-                self.clock,
-                worker_id=lambda: self.worker_id,
-                lock_store=store,
-            )
-            for _ in range(self.executors_count)
-        ]
+        self.executors = Executors(
+            [
+                Executor(
+                    self.acta.handlers,
+                    self.policy,
+                    self.registry,
+                    self.permits,
+                    self.claimed,
+                    self.completed,
+                    self.namespace,
+                    self.settings.safety_poll_interval,
+                    self._pool,
+                    self.clock,
+                    worker_id=lambda: self.worker_id,
+                    lock_store=store,
+                )
+                for _ in range(self.executors_count)
+            ],
+            self.claimed,
+        )
         self.heartbeat = Heartbeat(
             store,
             self.registry,
@@ -198,19 +202,11 @@ class Worker:
         self.listener = Listener(store.dsn, store.channel, self.claimer.wake)
         self.listener.application_name = app_name("listen", self.worker_id)
         self.listener.start()
-        self._finalizer_task = asyncio.create_task(self.finalizer.run(), name="acta-finalizer")
-        self._executor_tasks = [
-            asyncio.create_task(e.run(), name=f"acta-executor-{i}")
-            for i, e in enumerate(self.executor_stages)
-        ]
+        self.finalizer.start(on_ended=self._stage_ended)
+        self.executors.start(on_ended=self._stage_ended)
         self.heartbeat.start()
         self.claimer.start()
-        for task in (
-            self._finalizer_task,
-            *self._executor_tasks,
-            self.heartbeat._task,
-            self.claimer._task,
-        ):
+        for task in (self.heartbeat._task, self.claimer._task):
             if task is not None:
                 task.add_done_callback(self._stage_ended)
         log.bind(event="worker_started", worker_id=self.worker_id).info(
@@ -271,17 +267,8 @@ class Worker:
         if self._executing():
             self._interrupt_all()
             await self._wait_executing(FORCED_STOP_SECONDS)
-        for _ in self._executor_tasks:
-            self.claimed.put_nowait(None)
-        _done, stuck = await asyncio.wait(self._executor_tasks, timeout=FORCED_STOP_SECONDS)
-        for task in stuck:
-            task.cancel()
-        await self.completed.put(STOP)
-        try:
-            await asyncio.wait_for(asyncio.shield(self._finalizer_task), FLUSH_SECONDS)
-        except TimeoutError:
-            self.finalizer.abandon = True
-            await self._finalizer_task
+        await self.executors.stop(FORCED_STOP_SECONDS)
+        await self.finalizer.stop(FLUSH_SECONDS)
         await self.heartbeat.stop()
         await self.listener.stop()
         for task in list(self._background):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from acta_sqla.values import ClaimedJob, Completion, HeartbeatReport
 from tests.waiting import until as until
@@ -70,6 +71,17 @@ class FakeClock:
         self.sleeps.append(seconds)
         self.t += seconds
         await asyncio.sleep(0)
+
+    @contextlib.asynccontextmanager
+    async def timeout(self, seconds: float) -> AsyncIterator[None]:
+        """Raises TimeoutError in the body once ``advance`` moves time ``seconds`` on."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(None) as scope:
+            timer = self.call_at(self.t + seconds, lambda: scope.reschedule(loop.time()))
+            try:
+                yield
+            finally:
+                timer.cancel()
 
     async def wait(self, event: asyncio.Event, seconds: float) -> bool:
         self.waits.append(seconds)

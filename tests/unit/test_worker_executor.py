@@ -15,7 +15,7 @@ from acta_sqla.policy import Policy
 from acta_sqla.settings import Timings
 from acta_sqla.values import Completion, Outcome
 from acta_sqla.worker.clock import Clock
-from acta_sqla.worker.executor import Executor
+from acta_sqla.worker.executor import Executor, Executors
 from acta_sqla.worker.inflight import Entry, EntryState, Permits, Registry
 
 from .fakes import job, until
@@ -55,6 +55,11 @@ async def obsolete(ctx: Context) -> None:
 @acta.job(timeout=0.05, max_attempts=2)
 async def hang(ctx: Context) -> None:
     await asyncio.sleep(3600)
+
+
+@acta.job
+async def sleeps(ctx: Context) -> None:
+    await asyncio.sleep(3600)  # until cancelled (its timeout is the default 300 s)
 
 
 @acta.job
@@ -135,14 +140,14 @@ async def test_success_stores_the_json_result(h: Harness) -> None:
     c = await h.run("ok", '{"n": 21}', attempts=2)
     assert c.outcome is Outcome.SUCCEEDED and c.status == "succeeded"
     assert c.result_json == '{"double":42}'
-    assert c.charge == 0 and c.record and c.attempt == 2
+    assert not c.refund and c.record and c.attempt == 2
     # ctx.attempt is the attempt number the claim counted; ctx.args the args as stored
     assert calls[-1] == (2, {"n": 21}, "ok")
 
 
 async def test_failure_is_retried_with_backoff_until_the_budget_is_spent(h: Harness) -> None:
     c = await h.run("boom", attempts=1)
-    assert (c.status, c.outcome) == ("ready", Outcome.FAILED)
+    assert (c.status, c.outcome) == ("ready", Outcome.ERROR)
     assert 1.5 <= c.delay <= 2.5  # backoff_base 2 s, ±25 %
     assert c.error_type == "ValueError" and c.error_message == "no luck"
     assert "ValueError: no luck" in (c.traceback or "")
@@ -164,7 +169,7 @@ async def test_retry_fail_and_cancel(h: Harness) -> None:
     c = await h.run("retry_later", attempts=3)
     assert c.status == "failed"  # a Retry is charged like any attempt
     c = await h.run("give_up")
-    assert (c.status, c.outcome) == ("failed", Outcome.FAIL)
+    assert (c.status, c.outcome) == ("failed", Outcome.FAIL_NOW)
     c = await h.run("obsolete")
     assert (c.status, c.outcome) == ("cancelled", Outcome.CANCELLED)
 
@@ -179,15 +184,15 @@ async def test_timeout_cancels_the_handler_and_counts_as_a_failure(h: Harness) -
 
 async def test_unserializable_result_is_a_failure_with_a_clear_error(h: Harness) -> None:
     c = await h.run("garbage")
-    assert c.outcome is Outcome.FAILED
+    assert c.outcome is Outcome.ERROR
     assert "not JSON-serializable" in (c.error_message or "")
 
 
 async def test_cancelled_error_and_system_exit_from_a_handler_are_failures(h: Harness) -> None:
     c = await h.run("self_cancel")
-    assert c.outcome is Outcome.FAILED and c.error_type == "asyncio.exceptions.CancelledError"
+    assert c.outcome is Outcome.ERROR and c.error_type == "asyncio.exceptions.CancelledError"
     c = await h.run("exits")
-    assert c.outcome is Outcome.FAILED and c.error_type == "SystemExit"
+    assert c.outcome is Outcome.ERROR and c.error_type == "SystemExit"
 
 
 async def test_sync_handlers_run_in_the_thread_pool(h: Harness) -> None:
@@ -198,17 +203,17 @@ async def test_sync_handlers_run_in_the_thread_pool(h: Harness) -> None:
 
 async def test_args_that_no_longer_fit_fail_without_retry(h: Harness) -> None:
     c = await h.run("ok", '{"n": "not a number"}')
-    assert (c.status, c.outcome) == ("failed", Outcome.FAIL)
+    assert (c.status, c.outcome) == ("failed", Outcome.FAIL_NOW)
     assert "n" in (c.error_message or "")
 
 
 async def test_no_handler_hands_back_uncharged_after_the_safety_poll(h: Harness) -> None:
     c = await h.run("unknown_kind")
-    assert (c.status, c.outcome, c.delay, c.charge, c.record) == (
+    assert (c.status, c.outcome, c.delay, c.refund, c.record) == (
         "ready",
         Outcome.HANDBACK,
         1.0,
-        -1,
+        True,
         False,
     )
 
@@ -281,5 +286,38 @@ async def test_cancelling_the_executor_hands_over_an_interrupted_completion(
     with pytest.raises(asyncio.CancelledError):
         await task
     c = h.completed.get_nowait()
-    assert c is not None and (c.outcome, c.status, c.charge) == (Outcome.INTERRUPTED, "ready", -1)
+    assert c is not None and (c.outcome, c.status, c.refund) == (Outcome.INTERRUPTED, "ready", True)
     assert h.permits.free == 4 and entry.task is None
+
+
+async def test_executors_start_n_loops_and_stop_ends_them_once() -> None:
+    h = Harness()
+    executors = Executors([h.executor, h.executor], h.claimed)
+    ended: list[asyncio.Task[Any]] = []
+    executors.start(on_ended=ended.append)
+    executors.start()  # a second start changes nothing
+    assert [t.get_name() for t in executors.tasks] == ["acta-executor-0", "acta-executor-1"]
+    h.take_permit()
+    loop = asyncio.get_running_loop()
+    h.claimed.put_nowait(h.registry.add(job(1, "ok", '{"n": 2}'), loop.time() + 60))
+    assert await asyncio.wait_for(executors.stop(5.0), 5) == 0
+    assert all(t.done() and not t.cancelled() for t in executors.tasks)
+    assert sorted(ended, key=id) == sorted(executors.tasks, key=id)
+    c = h.completed.get_nowait()
+    assert c is not None and c.outcome is Outcome.SUCCEEDED  # the entry in hand was finished
+    assert await executors.stop(5.0) == 0 and h.claimed.empty()  # idempotent
+
+
+async def test_executors_stop_cancels_a_loop_still_running_after_its_time() -> None:
+    h = Harness()
+    executors = Executors([h.executor], h.claimed)
+    executors.start()
+    h.take_permit()
+    loop = asyncio.get_running_loop()
+    entry = h.registry.add(job(1, "sleeps"), loop.time() + 60)
+    h.claimed.put_nowait(entry)
+    await until(lambda: entry.state is EntryState.EXECUTING)
+    assert await asyncio.wait_for(executors.stop(0.0), 5) == 1
+    await asyncio.wait(executors.tasks, timeout=5)
+    c = h.completed.get_nowait()
+    assert c is not None and c.outcome is Outcome.INTERRUPTED  # handed over, uncharged

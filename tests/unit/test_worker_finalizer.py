@@ -1,15 +1,16 @@
-"""The finalizer against a fake store: batch rules, the 50 ms window, write repeats."""
+"""The finalizer against a fake store and a fake clock: batch rules, the 50 ms window, write
+repeats, its lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 
-import asyncpg
 import pytest
 from loguru import logger
 
-from acta_sqla.settings import BATCH_MAX_BYTES
+from acta_sqla.errors import StatementRefused
+from acta_sqla.settings import BATCH_MAX_BYTES, BATCH_WINDOW_SECONDS
 from acta_sqla.values import Completion, Outcome
 from acta_sqla.worker.clock import Clock
 from acta_sqla.worker.finalizer import STOP, Finalizer, repeat_delay
@@ -30,7 +31,7 @@ def done(i: int, result: str | None = None) -> Completion:
 
 
 def make(
-    clock: object | None = None,
+    clock: FakeClock | Clock | None = None,
 ) -> tuple[FakeStore, asyncio.Queue[Completion | None], Finalizer, Registry]:
     store = FakeStore()
     registry = Registry()
@@ -40,30 +41,32 @@ def make(
 
 
 async def test_a_lone_completion_never_waits() -> None:
-    store, queue, fin, _ = make()
+    clock = FakeClock()
+    store, queue, fin, _ = make(clock)
     queue.put_nowait(done(1))
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    batch = await fin.next_batch()
+    # Time does not move: a batch that opened the window would never come back.
+    batch = await asyncio.wait_for(fin.next_batch(), 5)
     assert [c.job_id for c in batch] == [1]
-    # No backlog at the first read: returned without opening the 50 ms window.
-    assert loop.time() - started < 0.04
+    assert clock.timers == []  # no window was opened
 
 
 async def test_a_backlog_opens_the_window_and_fills_the_batch() -> None:
-    store, queue, fin, _ = make()
+    clock = FakeClock()
+    store, queue, fin, _ = make(clock)
     for i in range(1, 4):
         queue.put_nowait(done(i))
-
-    async def late() -> None:
-        await asyncio.sleep(0.01)  # ok: arrives inside the 50 ms window, on purpose
-        queue.put_nowait(done(4))
-
-    feeder = asyncio.create_task(late())
-    batch = await fin.next_batch()
-    await feeder
+    batch_task = asyncio.create_task(fin.next_batch())
+    await until(queue.empty)  # the three are read and the window is open
+    queue.put_nowait(done(4))  # arrives inside the window
+    await until(queue.empty)
+    clock.advance(BATCH_WINDOW_SECONDS * 0.99)
+    await asyncio.sleep(0)
+    assert not batch_task.done()  # the window is still open just before 50 ms
+    clock.advance(BATCH_WINDOW_SECONDS * 0.01)
+    batch = await asyncio.wait_for(batch_task, 5)
     # Three were waiting; the fourth arrived inside the window and joined the batch.
     assert [c.job_id for c in batch] == [1, 2, 3, 4]
+    assert clock.t == 1000.0 + BATCH_WINDOW_SECONDS
 
 
 async def test_batches_hold_at_most_128_completions() -> None:
@@ -144,7 +147,7 @@ async def test_a_completion_the_database_refuses_does_not_block_the_others() -> 
     class Refusing(FakeStore):
         async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
             if any(c.result_json == "poison" for c in batch):
-                raise asyncpg.exceptions.UntranslatableCharacterError("unsupported escape")
+                raise StatementRefused("unsupported Unicode escape sequence", "22P05")
             return await super().complete_executions(batch)
 
     fin.store = refusing = Refusing()
@@ -169,18 +172,79 @@ async def test_the_run_loop_writes_every_completion_once(backlog: int) -> None:
     assert sorted(ids) == list(range(backlog + 1))
 
 
+async def test_a_refusal_not_about_the_data_repeats_until_the_write_lands() -> None:
+    clock = FakeClock()
+    store, queue, fin, registry = make(clock)
+    registry.add(job(1), 1e9)
+    # A revoked privilege or a serialization failure may pass: never isolate-and-fail.
+    store.write_errors = [
+        StatementRefused("permission denied for table job", "42501"),
+        StatementRefused("could not serialize access", "40001"),
+    ]
+    applied = await fin.write([done(1), done(2)])
+    assert applied == {1, 2}
+    assert [[c.status for c in b] for b in store.batches] == [["succeeded", "succeeded"]]
+    assert len(clock.sleeps) == 2
+
+
 async def test_the_window_closes_when_the_claimer_finds_nothing_due() -> None:
-    store, queue, fin, _ = make()
+    store, queue, fin, _ = make(FakeClock())  # a fake clock never closes the window itself
     for i in range(1, 4):
         queue.put_nowait(done(i))
     batch_task = asyncio.create_task(fin.next_batch())
     await until(queue.empty)  # the three are read and the window is open
     assert not batch_task.done()
     fin.flush()
-    batch = await asyncio.wait_for(batch_task, 0.04)  # well inside the 50 ms window
+    batch = await asyncio.wait_for(batch_task, 5)
     assert [c.job_id for c in batch] == [1, 2, 3]
     # A flush with nothing waiting is no batch; the next completion starts a new one.
     fin.flush()
     queue.put_nowait(done(4))
     assert await fin.next_batch() == []
     assert [c.job_id for c in await fin.next_batch()] == [4]
+
+
+async def test_start_runs_one_loop_and_stop_flushes_then_is_idempotent() -> None:
+    store, queue, fin, registry = make()
+    ended: list[asyncio.Task[object]] = []
+    fin.start(on_ended=ended.append)
+    fin.start()  # a second start changes nothing
+    assert fin.task is not None and fin.task.get_name() == "acta-finalizer"
+    for i in range(3):
+        registry.add(job(i), 1e9)
+        queue.put_nowait(done(i))
+    await asyncio.wait_for(fin.stop(5.0), 5)
+    assert [c.job_id for b in store.batches for c in b] == [0, 1, 2]
+    assert len(registry) == 0 and fin.task.done() and ended == [fin.task]
+    await asyncio.wait_for(fin.stop(5.0), 5)  # idempotent: no second STOP, no wait
+    assert queue.empty()
+
+
+async def test_stop_gives_up_a_write_that_does_not_land_within_its_time() -> None:
+    class Down(FakeStore):
+        tries = 0
+
+        async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
+            self.tries += 1
+            await asyncio.sleep(0)
+            raise ConnectionError("down")
+
+    store, queue, fin, registry = make(FakeClock())
+    fin.store = down = Down()
+    fin.start()
+    registry.add(job(1), 1e9)
+    queue.put_nowait(done(1))
+    await until(lambda: down.tries >= 2)
+    await asyncio.wait_for(fin.stop(0.0), 5)
+    assert fin.abandon and fin.task is not None and fin.task.done()
+    assert down.batches == []  # never landed: the row comes back through recovery
+
+
+async def test_run_once_writes_one_batch() -> None:
+    store, queue, fin, _ = make()
+    for i in range(3):
+        queue.put_nowait(done(i))
+    assert [c.job_id for c in await fin.run_once()] == [0, 1, 2]
+    assert [[c.job_id for c in b] for b in store.batches] == [[0, 1, 2]]
+    queue.put_nowait(STOP)
+    assert await fin.run_once() == []

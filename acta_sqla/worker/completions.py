@@ -1,0 +1,283 @@
+"""Every way an attempt ends, as the one ``Completion`` the finalizer (or recovery) writes.
+
+This module makes every decision about a job's next state: its status, whether the attempt
+is charged, when a retry is due, what error the job keeps, and whether an operator's cancel
+wins. ``complete_executions`` (queries/complete.py) only applies what it is given, fenced
+by (job, execution); recovery applies the completions built here through the same fenced
+finish. So a new way to end an attempt is one builder here, plus (if it needs to write
+something of its own) one feature part in queries/complete.py fed by ``features``.
+
+Shapes: :func:`succeeded`, :func:`failed` (retried under the budget, ``failed`` once it
+is spent), :func:`retry_at`, :func:`fail_now`, :func:`cancelled`, :func:`interrupted`,
+:func:`handback`, :func:`stopped` (the alarm: timeout, lease or lock lost, a cancel, an
+interruption), :func:`refused` (the database refused a completion's data) and
+:func:`lease_expired` (recovery). Rules: :func:`budget`, :func:`cancel_wins` and
+:func:`loss_is_charged`.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+from typing import NamedTuple
+
+from ..policy import Policy
+from ..settings import MAX_TRACEBACK_CHARS
+from ..status import JobStatus
+from ..values import ClaimedJob, Completion, ExpiredLease, Features, Outcome
+
+READY, SUCCEEDED, FAILED, CANCELLED = (
+    JobStatus.READY,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.CANCELLED,
+)
+
+
+class ErrorFields(NamedTuple):
+    """What a completion records of an error: its type, message and traceback."""
+
+    type: str
+    message: str
+    traceback: str
+
+
+# ------------------------------------------------------------------------------ rules
+
+
+def budget(max_attempts: int | None, default: int) -> int:
+    """The failure budget: the job's own ``max_attempts`` if it set one, else ``default``
+    (the kind's effective policy)."""
+    return max_attempts if max_attempts is not None else default
+
+
+def cancel_wins(status: JobStatus) -> bool:
+    """An operator's cancel wins over a retry: a completion that would put the job back
+    ``ready`` ends it ``cancelled`` if a cancel was requested meanwhile. A terminal status
+    stands (the attempt's own ending is the truer record)."""
+    return status is READY
+
+
+def loss_is_charged(lost: ExpiredLease) -> bool:
+    """Recovery charges a lost attempt only if the database knows it started (a heartbeat
+    said so). An attempt that dies within one beat of its start is, as far as the database
+    knows, unstarted; such a loss is charged all the same the second time it happens to
+    the same job, so a job that kills its worker at once ends ``failed`` after its budget
+    instead of looping forever, while a job that merely shared a claim with it pays at
+    most once."""
+    return lost.started or lost.lost_unstarted_before
+
+
+def error_fields(exc: BaseException) -> ErrorFields:
+    """An exception as the completion records it (type qualified by module, message capped
+    at 4,000 characters, traceback at ``MAX_TRACEBACK_CHARS`` keeping its end)."""
+    kind = type(exc).__qualname__
+    module = type(exc).__module__
+    if module not in ("builtins", "__main__"):
+        kind = f"{module}.{kind}"
+    message = _clean(str(exc))[:4000]
+    trace = _clean("".join(tb.format_exception(exc)))
+    if len(trace) > MAX_TRACEBACK_CHARS:
+        trace = "…" + trace[-MAX_TRACEBACK_CHARS:]
+    return ErrorFields(kind, message, trace)
+
+
+def _clean(text: str) -> str:
+    # PostgreSQL text cannot hold NUL bytes; an error message must never make its own
+    # completion unwritable.
+    return text.replace("\x00", "\\x00")
+
+
+# ------------------------------------------------------------------------------ shapes
+
+
+def _ended(
+    job: ClaimedJob,
+    outcome: Outcome,
+    status: JobStatus,
+    error: ErrorFields | None,
+    ran: float | None,
+    *,
+    delay: float = 0.0,
+    refund: bool = False,
+    features: Features | None = None,
+) -> Completion:
+    """The one constructor of an executor's completions: the cancel rule is applied here."""
+    return Completion(
+        job_id=job.id,
+        execution_id=job.execution_id,
+        outcome=outcome,
+        status=status,
+        attempt=job.attempts,
+        delay=delay,
+        refund=refund,
+        error_type=error.type if error else None,
+        error_message=error.message if error else None,
+        traceback=error.traceback if error else None,
+        ran_seconds=ran,
+        cancel_wins=cancel_wins(status),
+        features=features,
+    )
+
+
+def succeeded(job: ClaimedJob, result_json: str | None, ran: float) -> Completion:
+    """The handler returned: the job ends ``succeeded`` with its JSON result."""
+    return Completion(
+        job_id=job.id,
+        execution_id=job.execution_id,
+        outcome=Outcome.SUCCEEDED,
+        status=SUCCEEDED,
+        attempt=job.attempts,
+        result_json=result_json,
+        ran_seconds=ran,
+    )
+
+
+def failed(
+    job: ClaimedJob,
+    policy: Policy,
+    error: ErrorFields,
+    ran: float | None,
+    outcome: Outcome = Outcome.ERROR,
+    retry_after: float | None = None,
+) -> Completion:
+    """A charged attempt that did not succeed: retried while the budget lasts (after
+    ``retry_after``, else the policy's back-off), ``failed`` once it is spent, the error
+    then saying so."""
+    spent = budget(job.max_attempts, policy.max_attempts)
+    if job.attempts >= spent:
+        message = f"{error.message} (attempt {job.attempts} of {spent}: failure budget spent)"
+        return _ended(job, outcome, FAILED, error._replace(message=message), ran)
+    delay = retry_after if retry_after is not None else policy.retry_delay(job.attempts)
+    return _ended(job, outcome, READY, error, ran, delay=delay)
+
+
+def retry_at(
+    job: ClaimedJob, policy: Policy, error: ErrorFields, ran: float | None, after: float
+) -> Completion:
+    """The handler asked for a retry after ``after`` seconds: charged like any attempt, so
+    the budget bounds a job that keeps asking."""
+    return failed(job, policy, error, ran, Outcome.RETRY, retry_after=after)
+
+
+def fail_now(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Completion:
+    """The job ends ``failed`` now, whatever is left of its budget (``raise Fail``, or args
+    that no longer fit the handler: a retry cannot mend them)."""
+    return _ended(job, Outcome.FAIL_NOW, FAILED, error, ran)
+
+
+def cancelled(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Completion:
+    """The job ends ``cancelled`` (``raise Cancel``, or an operator's cancel reached it)."""
+    return _ended(job, Outcome.CANCELLED, CANCELLED, error, ran)
+
+
+def interrupted(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Completion:
+    """Stopped by this worker's forced shutdown, not by the job: back ``ready`` now,
+    uncharged."""
+    return _ended(job, Outcome.INTERRUPTED, READY, error, ran, refund=True)
+
+
+def handback(job: ClaimedJob, delay: float) -> Completion:
+    """An unstarted row goes back ``ready`` after ``delay``, its attempt given back and no
+    Execution row written (it was never an attempt)."""
+    return Completion(
+        job_id=job.id,
+        execution_id=job.execution_id,
+        outcome=Outcome.HANDBACK,
+        status=READY,
+        attempt=job.attempts,
+        delay=delay,
+        refund=True,
+        record=False,
+        cancel_wins=cancel_wins(READY),
+    )
+
+
+_STOP_MESSAGES = {
+    Outcome.LEASE_LOST: "the attempt deadline passed without a confirmed lease renewal",
+    Outcome.LOCK_LOST: "a named lock the attempt held was not renewed",
+    Outcome.CANCELLED: "cancelled on request",
+    Outcome.INTERRUPTED: "interrupted by the worker's shutdown; retried uncharged",
+}
+
+
+def stopped(job: ClaimedJob, policy: Policy, reason: Outcome, ran: float) -> Completion:
+    """The attempt's alarm rang (or the heartbeat or the shutdown fired it) for ``reason``:
+    say why, as its completion."""
+    if reason is Outcome.TIMEOUT:
+        message = f"execution timeout: the attempt ran past {policy.timeout:g}s"
+    else:
+        message = _STOP_MESSAGES.get(reason, reason.value)
+    error = ErrorFields("acta." + reason.value, message, "")
+    if reason in (Outcome.LEASE_LOST, Outcome.LOCK_LOST):
+        # Written anyway: if the row is still ours the write applies (a failed attempt);
+        # if another worker took it, the fence makes it a no-op.
+        return failed(job, policy, error, ran)
+    if reason is Outcome.CANCELLED:
+        return cancelled(job, error, ran)
+    if reason is Outcome.INTERRUPTED:
+        return interrupted(job, error, ran)
+    return failed(job, policy, error, ran, reason)  # a timeout: a failure under the budget
+
+
+def refused(completion: Completion, why: str) -> Completion:
+    """The database refused ``completion`` for its data even written alone: the job ends
+    ``failed`` without its result, saying why, so one poison completion never blocks the
+    rest (nor loops)."""
+    return Completion(
+        job_id=completion.job_id,
+        execution_id=completion.execution_id,
+        outcome=Outcome.FAIL_NOW,
+        status=FAILED,
+        attempt=completion.attempt,
+        error_type="acta.CompletionRefused",
+        error_message=f"the completion could not be stored: {why[:500]}",
+        ran_seconds=completion.ran_seconds,
+    )
+
+
+def lease_expired(lost: ExpiredLease, default_budget: int) -> Completion:
+    """Recovery's completion of a row whose lease ran out (its worker crashed or stalled):
+    charged by :func:`loss_is_charged`, then ``failed`` if the budget is spent, else
+    ``ready`` now. An operator's cancel ends it ``cancelled`` whatever else. An uncharged
+    loss leaves the job's ``last_error`` alone (it was never the job's failure); its
+    Execution row says what happened all the same."""
+    charged = loss_is_charged(lost)
+    spent = budget(
+        lost.max_attempts,
+        _first(lost.override_max_attempts, lost.declared_max_attempts, default_budget),
+    )
+    if not charged:
+        status, message = READY, "lease expired before the attempt was known to start"
+    else:
+        if lost.started:
+            message = (
+                "the worker running this attempt stopped renewing its lease (crashed or stalled)"
+            )
+        else:
+            message = (
+                "lease expired before the attempt was known to start, a second time for "
+                "this job: charged, so a job that kills its worker at once still ends"
+            )
+        status = FAILED if lost.attempts >= spent else READY
+        if status is FAILED:
+            message = f"{message}: attempt {lost.attempts} of {spent}, failure budget spent"
+    return Completion(
+        job_id=lost.id,
+        execution_id=lost.execution_id,
+        outcome=Outcome.LOST,
+        status=status,
+        attempt=lost.attempts,
+        refund=not charged,
+        error_type="acta.LeaseExpired",
+        error_message=message,
+        cancel_wins=True,  # a cancel-requested row ends cancelled, charged or not
+        keep_last_error=not charged,
+        ran_by=lost.worker_id,
+    )
+
+
+def _first(*values: int | None) -> int:
+    for value in values:
+        if value is not None:
+            return value
+    raise ValueError("no budget given")  # the default is never None

@@ -1,0 +1,192 @@
+"""worker/completions.py: every shape of the one Completion, and the rules that decide them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from acta_sqla.policy import Policy
+from acta_sqla.queries import complete
+from acta_sqla.status import JobStatus
+from acta_sqla.values import CORE_FIELDS, Completion, ExpiredLease, Outcome
+from acta_sqla.worker import completions as c
+from acta_sqla.worker.completions import ErrorFields
+
+from .fakes import job
+
+ERR = ErrorFields("pkg.E", "boom", "tb")
+POLICY = Policy(max_attempts=3, backoff_base=2.0)
+
+
+def lost(**kw: object) -> ExpiredLease:
+    fields: dict[str, object] = dict(
+        id=7,
+        execution_id=70,
+        attempts=1,
+        max_attempts=None,
+        override_max_attempts=None,
+        declared_max_attempts=None,
+        started=True,
+        lost_unstarted_before=False,
+        worker_id=3,
+    )
+    fields.update(kw)
+    return ExpiredLease(**fields)  # type: ignore[arg-type]
+
+
+def test_the_statement_reads_the_core_fields_in_completion_order() -> None:
+    # The positions e->>0 ... are rendered from queries/complete.CORE: it must name
+    # Completion's fields in order, and features must stay out of the core array.
+    assert tuple(name for name, _ in complete.CORE) == Completion._fields[:CORE_FIELDS]
+    assert Completion._fields[CORE_FIELDS:] == ("features",)
+
+
+def test_encode_puts_features_beside_the_core_array() -> None:
+    plain = c.succeeded(job(1), '{"a":1}', 0.5)
+    featured = plain._replace(job_id=2, features={"next_fire": 60})
+    core, features = complete.encode([plain, featured])
+    rows = json.loads(core)
+    assert [len(r) for r in rows] == [CORE_FIELDS, CORE_FIELDS]
+    assert rows[0][:4] == [1, 1001, "succeeded", "succeeded"]
+    assert json.loads(features) == {"2": {"next_fire": 60}}
+    assert complete.encode([plain])[1] == "{}"
+
+
+def test_succeeded() -> None:
+    done = c.succeeded(job(1, attempts=2), "[1]", 0.25)
+    assert (done.status, done.outcome, done.result_json, done.attempt) == (
+        JobStatus.SUCCEEDED,
+        Outcome.SUCCEEDED,
+        "[1]",
+        2,
+    )
+    assert not done.refund and done.record and not done.cancel_wins
+
+
+def test_failed_is_retried_under_the_budget_then_fails_saying_so() -> None:
+    first = c.failed(job(1, attempts=1), POLICY, ERR, 0.1)
+    assert (first.status, first.outcome) == (JobStatus.READY, Outcome.ERROR)
+    assert 1.0 <= first.delay <= 3.0  # the policy's back-off for attempt 1 (jittered)
+    assert first.cancel_wins and not first.refund and first.error_message == "boom"
+    last = c.failed(job(1, attempts=3), POLICY, ERR, 0.1)
+    assert last.status is JobStatus.FAILED and not last.cancel_wins
+    assert last.error_message == "boom (attempt 3 of 3: failure budget spent)"
+
+
+def test_the_jobs_own_budget_wins_over_the_policy() -> None:
+    assert c.failed(job(1, attempts=1, max_attempts=1), POLICY, ERR, 0).status == "failed"
+    assert c.budget(None, 5) == 5 and c.budget(2, 5) == 2
+
+
+def test_retry_at_is_charged_and_due_when_asked() -> None:
+    r = c.retry_at(job(1), POLICY, ERR, 0.1, 42.0)
+    assert (r.status, r.outcome, r.delay, r.refund) == (JobStatus.READY, Outcome.RETRY, 42.0, False)
+    assert c.retry_at(job(1, attempts=3), POLICY, ERR, 0.1, 42.0).status is JobStatus.FAILED
+
+
+def test_fail_now_cancelled_interrupted_and_handback() -> None:
+    now = c.fail_now(job(1), ERR, None)
+    assert (now.status, now.outcome) == (JobStatus.FAILED, Outcome.FAIL_NOW)
+    gone = c.cancelled(job(1), ERR, 0.1)
+    assert (gone.status, gone.outcome) == (JobStatus.CANCELLED, Outcome.CANCELLED)
+    stop = c.interrupted(job(1), ERR, 0.1)
+    assert (stop.status, stop.refund, stop.record) == (JobStatus.READY, True, True)
+    back = c.handback(job(1), 1.5)
+    assert (back.status, back.outcome, back.delay, back.refund, back.record) == (
+        JobStatus.READY,
+        Outcome.HANDBACK,
+        1.5,
+        True,
+        False,
+    )
+
+
+def test_cancel_wins_over_every_return_to_ready_and_nothing_else() -> None:
+    assert c.cancel_wins(JobStatus.READY)
+    for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED):
+        assert not c.cancel_wins(status)
+    for shape in (c.handback(job(1), 0), c.interrupted(job(1), ERR, 0)):
+        assert shape.cancel_wins
+
+
+@pytest.mark.parametrize(
+    ("reason", "status", "outcome"),
+    [
+        (Outcome.TIMEOUT, JobStatus.READY, Outcome.TIMEOUT),
+        (Outcome.LEASE_LOST, JobStatus.READY, Outcome.ERROR),
+        (Outcome.LOCK_LOST, JobStatus.READY, Outcome.ERROR),
+        (Outcome.CANCELLED, JobStatus.CANCELLED, Outcome.CANCELLED),
+        (Outcome.INTERRUPTED, JobStatus.READY, Outcome.INTERRUPTED),
+    ],
+)
+def test_stopped_says_why(reason: Outcome, status: JobStatus, outcome: Outcome) -> None:
+    s = c.stopped(job(1), POLICY, reason, 1.0)
+    assert (s.status, s.outcome, s.error_type) == (status, outcome, "acta." + reason.value)
+    assert s.refund is (reason is Outcome.INTERRUPTED)
+
+
+def test_refused_fails_the_job_without_its_result() -> None:
+    r = c.refused(c.succeeded(job(1), '"x"', 0.5), "invalid byte sequence")
+    assert (r.status, r.outcome, r.result_json, r.error_type) == (
+        JobStatus.FAILED,
+        Outcome.FAIL_NOW,
+        None,
+        "acta.CompletionRefused",
+    )
+    assert "invalid byte sequence" in (r.error_message or "") and r.ran_seconds == 0.5
+
+
+def test_error_fields_qualify_the_type_and_strip_nul() -> None:
+    try:
+        raise json.JSONDecodeError("bad\x00", "doc", 0)
+    except ValueError as exc:
+        fields = c.error_fields(exc)
+    assert fields.type == "json.decoder.JSONDecodeError"
+    assert "\x00" not in fields.message and "\\x00" in fields.message
+
+
+# -------------------------------------------------------------- recovery
+
+
+def test_a_lost_attempt_that_started_is_charged_and_retried() -> None:
+    done = c.lease_expired(lost(started=True, attempts=1), 20)
+    assert (done.status, done.refund, done.outcome) == (JobStatus.READY, False, Outcome.LOST)
+    assert done.error_type == "acta.LeaseExpired" and not done.keep_last_error
+    assert done.ran_by == 3 and done.cancel_wins and done.record
+
+
+def test_a_first_unstarted_loss_is_given_back_and_keeps_the_last_error() -> None:
+    done = c.lease_expired(lost(started=False), 20)
+    assert (done.status, done.refund, done.keep_last_error) == (JobStatus.READY, True, True)
+    assert "before the attempt was known to start" in (done.error_message or "")
+
+
+def test_a_second_unstarted_loss_is_charged() -> None:
+    again = lost(started=False, lost_unstarted_before=True)
+    assert c.loss_is_charged(again)
+    assert not c.lease_expired(again, 20).refund
+
+
+@pytest.mark.parametrize(
+    ("own", "override", "declared", "default", "spent_at"),
+    [
+        (2, 5, 5, 20, 2),
+        (None, 2, 5, 20, 2),
+        (None, None, 2, 20, 2),
+        (None, None, None, 2, 2),
+    ],
+)
+def test_recovery_spends_the_effective_budget(
+    own: int | None, override: int | None, declared: int | None, default: int, spent_at: int
+) -> None:
+    row = lost(
+        attempts=spent_at,
+        max_attempts=own,
+        override_max_attempts=override,
+        declared_max_attempts=declared,
+    )
+    done = c.lease_expired(row, default)
+    assert done.status is JobStatus.FAILED
+    assert f"attempt {spent_at} of {spent_at}, failure budget spent" in (done.error_message or "")
+    assert c.lease_expired(row._replace(attempts=spent_at - 1), default).status is JobStatus.READY
