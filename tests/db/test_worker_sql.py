@@ -9,10 +9,15 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from acta_sqla.errors import StatementRefused
+from acta_sqla.policy import Policy
+from acta_sqla.queries import complete
 from acta_sqla.settings import Timings
+from acta_sqla.status import JobStatus
 from acta_sqla.store import WorkerStore, asyncpg_dsn
-from acta_sqla.values import Completion, Outcome
-from acta_sqla.worker.executor import handback
+from acta_sqla.values import Completion, ExpiredLease, Outcome
+from acta_sqla.worker import completions
+from acta_sqla.worker.completions import handback
 from acta_sqla.worker.finalizer import Finalizer
 from acta_sqla.worker.inflight import Registry
 
@@ -146,7 +151,7 @@ async def test_one_complete_executions_call_writes_every_shape(
         completion(ok, Outcome.SUCCEEDED, "succeeded", result_json='{"a": 1}', ran_seconds=0.5),
         completion(
             retry,
-            Outcome.FAILED,
+            Outcome.ERROR,
             "ready",
             delay=30.0,
             error_type="E",
@@ -154,7 +159,7 @@ async def test_one_complete_executions_call_writes_every_shape(
             traceback="tb",
             ran_seconds=0.1,
         ),
-        completion(dead, Outcome.FAILED, "failed", error_type="E", error_message="spent"),
+        completion(dead, Outcome.ERROR, "failed", error_type="E", error_message="spent"),
         completion(cancel, Outcome.CANCELLED, "cancelled", error_type="C", error_message="x"),
         handback(back, 1.0),
     ]
@@ -182,6 +187,124 @@ async def test_one_complete_executions_call_writes_every_shape(
     assert history[retry.id]["traceback"] == "tb"
 
 
+async def test_the_input_part_reads_every_core_field_by_name(conn: asyncpg.Connection) -> None:
+    """INPUT: each core field of Completion arrives in its own named, typed column."""
+    full = Completion(
+        job_id=1,
+        execution_id=2,
+        outcome=Outcome.RETRY,
+        status=JobStatus.READY,
+        attempt=3,
+        delay=4.5,
+        refund=True,
+        result_json='{"r": 1}',
+        error_type="T",
+        error_message="M",
+        traceback="TB",
+        ran_seconds=0.25,
+        record=False,
+        cancel_wins=True,
+        keep_last_error=True,
+        ran_by=9,
+        features={"ignored": "here"},
+    )
+    core, _ = complete.encode([full])
+    [got] = await conn.fetch(f"WITH {complete.INPUT} SELECT * FROM c", core)
+    assert tuple(got.values()) == tuple(full)[: len(complete.CORE)]
+    assert list(got.keys()) == [name for name, _ in complete.CORE]
+
+
+async def test_the_fenced_finish_lets_a_requested_cancel_win_over_a_return_to_ready_only(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """FENCED FINISH: Python decides whether a cancel wins (cancel_wins); the statement
+    applies it where the row's cancel_requested is set."""
+    ids = await insert(conn, 4)
+    jobs = {j.id: j for j in await store.claim_jobs(4)}
+    retry, back, spent, ok = (jobs[i] for i in ids)
+    await conn.execute("UPDATE acta.job SET cancel_requested = true")
+    policy = Policy(max_attempts=1)
+    err = completions.ErrorFields("E", "m", "")
+    batch = [
+        completions.failed(retry, Policy(max_attempts=5), err, 0.1),
+        handback(back, 0.0),
+        completions.failed(spent, policy, err, 0.1),
+        completions.succeeded(ok, None, 0.1),
+    ]
+    assert {r for r in await store.complete_executions(batch)} == set(ids)
+    got = {
+        r["id"]: (r["status"], r["attempts"], r["finished_at"] is not None)
+        for r in await conn.fetch("SELECT * FROM acta.job")
+    }
+    assert got == {
+        retry.id: ("cancelled", 1, True),
+        back.id: ("cancelled", 0, True),  # the hand-back's attempt is still given back
+        spent.id: ("failed", 1, True),  # a terminal ending stands
+        ok.id: ("succeeded", 1, True),
+    }
+
+
+async def test_the_history_part_writes_one_row_per_real_attempt_dated_by_its_run(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """HISTORY: one Execution row per applied completion that is a real attempt, by the
+    writing worker (or the one that ran it), dated from how long the handler ran."""
+    ids = await insert(conn, 3)
+    jobs = {j.id: j for j in await store.claim_jobs(3)}
+    ran, unrun, back = (jobs[i] for i in ids)
+    err = completions.ErrorFields("E", "m", "tb")
+    batch = [
+        completions.succeeded(ran, None, 60.0),
+        completions.fail_now(unrun, err, None),
+        handback(back, 0.0),
+    ]
+    await store.complete_executions(batch)
+    rows = {
+        r["job_id"]: r
+        for r in await conn.fetch(
+            "SELECT *, extract(epoch FROM finished_at - started_at) AS took FROM acta.execution"
+        )
+    }
+    assert set(rows) == {ran.id, unrun.id}
+    assert 59 < rows[ran.id]["took"] <= 61 and rows[ran.id]["worker_id"] == store.worker_id
+    assert rows[unrun.id]["started_at"] is None and rows[unrun.id]["outcome"] == "fail"
+    assert rows[unrun.id]["error_type"] == "E" and rows[unrun.id]["traceback"] == "tb"
+
+
+async def test_a_feature_part_gets_its_input_for_applied_rows_only(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """FEATURES: a feature's input travels beside the core fields, keyed by job id, and its
+    part sees it only for rows the fenced finish applied (a stale write's features do not
+    act). The part here records its input as a named lock: a table it may write."""
+    note = complete.FeaturePart(
+        "note",
+        lambda schema: (
+            f"""
+            INSERT INTO "{schema}".lock (namespace, name, job_id, execution_id,
+                                         lease_expires_at)
+            SELECT 'default', f.features->>'note', d.id, d.execution_id, now()
+            FROM f JOIN done d ON d.id = f.job_id"""
+        ),
+    )
+    sql = complete.compose("acta", features=[note])
+    ids = await insert(conn, 3)
+    jobs = {j.id: j for j in await store.claim_jobs(3)}
+    noted, plain, stale = (jobs[i] for i in ids)
+    batch = [
+        completions.succeeded(noted, None, 0.1)._replace(features={"note": "a"}),
+        completions.succeeded(plain, None, 0.1),
+        completions.succeeded(stale, None, 0.1)._replace(
+            execution_id=stale.execution_id + 1, features={"note": "stale"}
+        ),
+    ]
+    core, features = complete.encode(batch)
+    applied = await conn.fetch(sql, core, store.worker_id, features)
+    assert {r["id"] for r in applied} == {noted.id, plain.id}
+    locks = await conn.fetch("SELECT name, job_id FROM acta.lock")
+    assert [tuple(r) for r in locks] == [("a", noted.id)]
+
+
 async def test_completion_text_round_trips_and_a_poison_string_is_isolated(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
@@ -197,17 +320,17 @@ async def test_completion_text_round_trips_and_a_poison_string_is_isolated(
         completion(ok, Outcome.SUCCEEDED, "succeeded", result_json=result, ran_seconds=0.1),
         completion(
             failing,
-            Outcome.FAILED,
+            Outcome.ERROR,
             "failed",
             error_type="pkg.E",
             error_message=message,
             traceback=message,
         ),
-        completion(poison, Outcome.FAILED, "failed", error_type="E", error_message="a\ud800b"),
+        completion(poison, Outcome.ERROR, "failed", error_type="E", error_message="a\ud800b"),
     ]
-    with pytest.raises(asyncpg.PostgresError) as refused:
+    with pytest.raises(StatementRefused) as refused:
         await store.complete_executions([batch[2]])
-    assert refused.value.sqlstate.startswith("22")
+    assert refused.value.sqlstate.startswith("22") and refused.value.data_unwritable
     assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
 
     finalizer = Finalizer(store, Registry(), asyncio.Queue())
@@ -231,7 +354,7 @@ async def test_a_repeated_completion_changes_nothing(
     first = completion(job, Outcome.SUCCEEDED, "succeeded", result_json="1")
     assert await store.complete_executions([first]) == {job_id}
     before = await row(conn, job_id)
-    again = completion(job, Outcome.FAILED, "ready", error_type="late", error_message="late")
+    again = completion(job, Outcome.ERROR, "ready", error_type="late", error_message="late")
     assert await store.complete_executions([first, again]) == set()
     after = await row(conn, job_id)
     assert dict(after) == dict(before)
@@ -256,7 +379,13 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
     plans = {}
     for name, sql, args in [
         ("claim", store.sql.claim_jobs, ("default", 64, store.worker_id, 180.0)),
-        ("complete", store.sql.complete_executions, (json.dumps(batch), store.worker_id)),
+        (
+            "complete",
+            store.sql.complete_executions,
+            (complete.encode(batch)[0], store.worker_id, "{}"),
+        ),
+        # Recovery's finish is the same parts under one more guard: by primary key too.
+        ("finish_expired", store.sql.finish_expired, (complete.encode(batch)[0], None, "{}")),
         (
             "heartbeat",
             store.sql.heartbeat,
@@ -344,6 +473,11 @@ async def test_heartbeat_renews_skips_locked_rows_and_reports_lost_ones(
     assert again.recovery_due is False  # moved one lease on by the first beat
 
 
+def recover_20(lost: ExpiredLease) -> Completion:
+    """Recovery's decision with a default budget of 20."""
+    return completions.lease_expired(lost, 20)
+
+
 async def test_recovery_returns_expired_rows_charging_only_started_attempts(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
@@ -355,7 +489,7 @@ async def test_recovery_returns_expired_rows_charging_only_started_attempts(
     await conn.execute("UPDATE acta.job SET attempts = 2 WHERE id = $1", spent.id)
     # The real 180 s lease, backdated instead of waited for.
     await conn.execute("UPDATE acta.job SET lease_expires_at = now() - interval '1 second'")
-    rows = await store.recover_expired(100, 20)
+    rows = await store.recover_expired(100, recover_20)
     assert {r[0]: (r[1], r[2]) for r in rows} == {
         started.id: ("ready", True),
         unstarted.id: ("ready", False),
@@ -376,7 +510,7 @@ async def test_recovery_returns_expired_rows_charging_only_started_attempts(
     await conn.execute(
         "UPDATE acta.job SET lease_expires_at = now() - interval '1 second' WHERE id = $1", again.id
     )
-    assert await store.recover_expired(100, 20) == [(unstarted.id, "ready", True)]
+    assert await store.recover_expired(100, recover_20) == [(unstarted.id, "ready", True)]
 
 
 async def test_recovery_marks_silent_workers_dead_and_frees_their_locks(
@@ -470,3 +604,51 @@ async def test_a_worker_is_dead_after_seven_of_its_own_beats_whoever_recovers(
     finally:
         await fast.close()
         await slow.close()
+
+
+async def test_recovery_leaves_a_row_renewed_since_it_was_read(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """Recovery's finish is guarded by the lease still expired: a row whose worker renewed
+    it between the read and the finish (it was only slow) is left alone."""
+    [job_id] = await insert(conn)
+    [job] = await store.claim_jobs(1)
+    await conn.execute("UPDATE acta.job SET lease_expires_at = now() - interval '1 second'")
+    found = await store.admin_conn.fetch(store.sql.select_expired, "default", 10)
+    batch = [recover_20(ExpiredLease._make(r)) for r in found]
+    assert [c.job_id for c in batch] == [job_id]
+    await store.heartbeat([(job.id, job.execution_id, True)])  # the renewal
+    core, features = complete.encode(batch)
+    assert await store.admin_conn.fetch(store.sql.finish_expired, core, None, features) == []
+    r = await row(conn, job_id)
+    assert (r["status"], r["attempts"]) == ("executing", 1)
+    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
+
+
+async def test_recovery_ends_a_cancel_requested_row_cancelled_and_records_the_loss(
+    db: str, conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    other = await new_store(db)
+    try:
+        await insert(conn, 2, max_attempts=1)
+        started, unstarted = sorted(await other.claim_jobs(2), key=lambda j: j.id)
+    finally:
+        await other.close()
+    await conn.execute(
+        "UPDATE acta.job SET started_at = now() - interval '5 seconds' WHERE id = $1", started.id
+    )
+    await conn.execute(
+        "UPDATE acta.job SET cancel_requested = true, "
+        "lease_expires_at = now() - interval '1 second'"
+    )
+    rows = await store.recover_expired(100, recover_20)
+    assert sorted(rows) == [(started.id, "cancelled", True), (unstarted.id, "cancelled", False)]
+    assert (await row(conn, unstarted.id))["attempts"] == 0
+    history = {r["job_id"]: r for r in await conn.fetch("SELECT * FROM acta.execution ORDER BY id")}
+    assert {h["outcome"] for h in history.values()} == {"lost"}
+    # The loss is the lost worker's attempt, dated from the row's own start.
+    assert {h["worker_id"] for h in history.values()} == {other.worker_id}
+    assert history[started.id]["started_at"] is not None
+    assert history[unstarted.id]["started_at"] is None
+    assert history[started.id]["error_type"] == "acta.LeaseExpired"
+    assert (await row(conn, started.id))["finished_at"] is not None
