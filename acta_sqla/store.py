@@ -23,6 +23,7 @@ from .settings import (
     ActaSettings,
     Timings,
 )
+from .status import JobStatus
 from .values import ClaimedJob, Completion, ExpiredLease, HeartbeatReport
 
 if TYPE_CHECKING:
@@ -435,7 +436,7 @@ class WorkerStore:
 
     async def recover_expired(
         self, limit: int, decide: Callable[[ExpiredLease], Completion]
-    ) -> list[tuple[int, str, bool]]:
+    ) -> list[tuple[int, JobStatus, bool]]:
         """Recovery, step 1: up to ``limit`` rows whose lease ran out, each ended by the
         completion ``decide`` builds for it (worker/completions.py), applied through the
         completion's own fenced finish; (id, status, charged) of those applied. Two
@@ -448,7 +449,7 @@ class WorkerStore:
         core, features = complete.encode(batch)
         rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features)
         charged = {c.job_id: not c.refund for c in batch}
-        return [(r[0], r[1], charged[r[0]]) for r in rows]
+        return [(r[0], JobStatus(r[1]), charged[r[0]]) for r in rows]
 
     async def mark_dead_workers(self) -> list[int]:
         rows = await self.admin_conn.fetch(

@@ -65,9 +65,13 @@ def encode(batch: Sequence[Completion]) -> tuple[str, str]:
     return core, json.dumps(features) if features else "{}"
 
 
-INPUT = "c AS (SELECT {columns} FROM jsonb_array_elements($1::jsonb) AS e)".format(
-    columns=", ".join(f"(e->>{i})::{t} AS {name}" for i, (name, t) in enumerate(CORE))
+_COLUMNS = ",\n                   ".join(
+    f"(e->>{i})::{t} AS {name}" for i, (name, t) in enumerate(CORE)
 )
+INPUT = f"""c AS (
+            SELECT {_COLUMNS}
+            FROM jsonb_array_elements($1::jsonb) AS e
+        )"""
 """``c``: one row per completion of the batch. Guard: none (input only)."""
 
 FEATURE_INPUT = "f AS (SELECT key::bigint AS job_id, value AS features FROM jsonb_each($3::jsonb))"

@@ -42,7 +42,10 @@ before its next claim, so a batch waiting in its 50 ms window is written now."""
 
 
 class CompleteStore(Protocol):
-    async def complete_executions(self, batch: Sequence[Completion]) -> set[int]: ...
+    async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
+        """The ids whose write applied; a refusal of the database raises
+        ``StatementRefused``, a lost connection ``StoreUnavailable``."""
+        ...
 
 
 def repeat_delay(tries: int, rng: random.Random) -> float:

@@ -22,6 +22,7 @@ from ..settings import (
     PRUNE_CHUNKS,
     RECOVERY_CHUNK,
 )
+from ..status import JobStatus
 from ..values import Completion, ExpiredLease
 from . import completions
 
@@ -31,7 +32,7 @@ log = logger.bind(stage="recovery")
 class RecoveryStore(Protocol):
     async def recover_expired(
         self, limit: int, decide: Callable[[ExpiredLease], Completion]
-    ) -> list[tuple[int, str, bool]]: ...
+    ) -> list[tuple[int, JobStatus, bool]]: ...
     async def mark_dead_workers(self) -> list[int]: ...
     async def prune_finished(self, limit: int, default_retention: float) -> int: ...
 
@@ -57,7 +58,7 @@ async def run_recovery(store: RecoveryStore) -> RecoveryResult:
         rows = await store.recover_expired(RECOVERY_CHUNK, decide_expired)
         result.recovered += len(rows)
         result.charged += sum(1 for _, _, charged in rows if charged)
-        result.failed += sum(1 for _, status, _ in rows if status == "failed")
+        result.failed += sum(1 for _, status, _ in rows if status is JobStatus.FAILED)
         if len(rows) < RECOVERY_CHUNK:
             break
     result.dead_workers = len(await store.mark_dead_workers())
