@@ -54,7 +54,7 @@ def render_invoice(ctx: Context, order_id: int) -> dict[str, Any]:
 
 
 async def run_demo(settings: ActaSettings, url: str, users: int = 200) -> dict[str, Any]:
-    from .store import create_engine
+    from .database import create_engine
     from .worker import Worker
 
     engine = create_engine(url, settings.db_schema)

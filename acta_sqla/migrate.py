@@ -131,7 +131,7 @@ def heads() -> list[str]:
 
 
 def resolve_url(url: str | None, settings: ActaSettings) -> str:
-    from .store import async_url, database_url
+    from .database import async_url, database_url
 
     return async_url(url or database_url(settings))
 

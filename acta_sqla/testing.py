@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import asyncpg
 
 from .app import Acta
+from .database import asyncpg_dsn
+from .database import database_url as resolve_url
 from .settings import ActaSettings, load_settings
-from .store import asyncpg_dsn
-from .store import database_url as resolve_url
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ Namespace = Annotated[
 def _run(database_url: str | None, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from ..store import create_engine
+    from ..database import create_engine
 
     with _database(database_url, None) as (settings, url, _where):
 

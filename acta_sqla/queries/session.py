@@ -26,9 +26,10 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import attributes
 
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
+from ._render import ACTIVE
 
 _ACTIVE = [s.value for s in ACTIVE_STATUSES]
-_UNIQUE_WHERE = text("unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting')")
+_UNIQUE_WHERE = text(f"unique_key IS NOT NULL AND status IN {ACTIVE}")
 
 # ---------------------------------------------------------------------------- enqueue
 
