@@ -121,9 +121,13 @@ class RoleConnection:
                         server_settings={"application_name": name, **self.settings},
                     )
                 except Exception as exc:
-                    # Refused, unreachable, a bad password, an unknown database: none of
-                    # them is this statement's fault, and each may pass.
-                    raise StoreUnavailable(f"{self.role}: cannot connect: {brief(exc)}") from exc
+                    message = f"{self.role}: cannot connect: {brief(exc)}"
+                    if connection_lost(exc):  # refused, unreachable, starting up: may pass
+                        raise StoreUnavailable(message) from exc
+                    if isinstance(exc, asyncpg.PostgresError):
+                        # A bad password, an unknown database: waiting will not mend it.
+                        raise StatementRefused(message, exc.sqlstate or "XX000") from exc
+                    raise
                 self._connected_as = name
             return self.conn
 
