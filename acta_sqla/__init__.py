@@ -36,7 +36,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Retry": (".errors", "Retry"),
     "UnknownJobKind": (".errors", "UnknownJobKind"),
     "Worker": (".models", "Worker"),
-    "engine_options": (".store", "engine_options"),
+    "engine_options": (".database", "engine_options"),
 }
 
 __all__ = [
@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from .app import Handler as Handler
     from .app import JobBatch as JobBatch
     from .context import Context as Context
+    from .database import engine_options as engine_options
     from .errors import ActaError as ActaError
     from .errors import Cancel as Cancel
     from .errors import ConfigurationError as ConfigurationError
@@ -89,7 +90,6 @@ if TYPE_CHECKING:
     from .models import Worker as Worker
     from .policy import Policy as Policy
     from .settings import ActaSettings as ActaSettings
-    from .store import engine_options as engine_options
 
 
 def __getattr__(name: str) -> Any:

@@ -33,17 +33,16 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
+from .database import install_error_translation
 from .errors import InvalidJob, InvalidJobArgs
 from .payload import check_json
+from .queries._render import ACTIVE, TERMINAL
+from .schema import SCHEMA as SCHEMA
 from .settings import MAX_ARGS_BYTES
 from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
 from .status import JobStatus as JobStatus
 from .status import WorkerStatus as WorkerStatus
-from .store import install_error_translation
-
-SCHEMA = "acta"
-"""The schema name the models are declared in; remapped at run time when configured."""
 
 
 class Base(DeclarativeBase):
@@ -74,8 +73,10 @@ def _status_type(enum: type[StrEnum], name: str) -> Enum:
     )
 
 
-_ACTIVE_SQL = "status IN ('ready', 'executing', 'waiting')"
-_TERMINAL_SQL = "status IN ('succeeded', 'failed', 'cancelled')"
+# Rendered from status.py: "status IN ('ready', 'executing', 'waiting')" and
+# "status IN ('succeeded', 'failed', 'cancelled')" (the DDL text migrations compare).
+_ACTIVE_SQL = f"status IN {ACTIVE}"
+_TERMINAL_SQL = f"status IN {TERMINAL}"
 
 execution_id_seq = Sequence("execution_id_seq", metadata=Base.metadata)
 """The low 40 bits of the fencing token the claim mints (see ``WorkerSQL``); the high bits

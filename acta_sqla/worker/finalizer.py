@@ -8,9 +8,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import asyncpg
 from loguru import logger
 
+from ..errors import StatementRefused
 from ..settings import (
     BATCH_MAX_BYTES,
     BATCH_MAX_COMPLETIONS,
@@ -167,7 +167,7 @@ class Finalizer:
             try:
                 applied = await self.store.complete_executions(batch)
                 break
-            except asyncpg.PostgresError as exc:
+            except StatementRefused as exc:
                 if _is_data_error(exc):
                     applied = await self._write_apart(batch, exc)
                     break
@@ -228,7 +228,7 @@ class Finalizer:
         for c in batch:
             try:
                 applied |= await self.store.complete_executions([c])
-            except asyncpg.PostgresError as one:
+            except StatementRefused as one:
                 if not _is_data_error(one):
                     raise
                 applied |= await self._write_apart([c], one)
@@ -250,10 +250,9 @@ class Finalizer:
             self.on_written(batch, applied, seconds)
 
 
-_CONNECTION_CLASSES = ("08", "57", "53", "25")
-
-
-def _is_data_error(exc: asyncpg.PostgresError) -> bool:
-    """True for errors about the statement's data (22xxx, 23xxx...), not its connection."""
-    state = getattr(exc, "sqlstate", None) or ""
-    return state[:2] not in _CONNECTION_CLASSES and state[:2] in ("22", "23", "42", "XX")
+def _is_data_error(exc: StatementRefused) -> bool:
+    """True only when the error proves the data itself unwritable (class 22 or 54): any
+    other refusal (a revoked privilege 42501, an internal error XX000, a lock timeout) may
+    pass, so the write repeats like a lost connection instead of failing jobs whose
+    handlers succeeded (the seed: "the write repeats until it lands")."""
+    return exc.data_unwritable

@@ -22,7 +22,9 @@ from loguru import logger
 
 from .. import metrics
 from ..app import Acta
-from ..errors import ConfigurationError
+from ..database import database_url
+from ..errors import ConfigurationError, StoreUnavailable
+from ..listener import Listener
 from ..policy import Policy
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
@@ -30,7 +32,7 @@ from ..settings import (
     ActaSettings,
     load_settings,
 )
-from ..store import Listener, StoreUnavailable, WorkerStore, app_name, database_url
+from ..store import WorkerStore, app_name
 from ..values import Completion, Outcome
 from .claimer import Claimer
 from .clock import Clock

@@ -9,8 +9,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from acta_sqla.database import asyncpg_dsn
+from acta_sqla.errors import StatementRefused
 from acta_sqla.settings import Timings
-from acta_sqla.store import WorkerStore, asyncpg_dsn
+from acta_sqla.store import WorkerStore
 from acta_sqla.values import Completion, Outcome
 from acta_sqla.worker.executor import handback
 from acta_sqla.worker.finalizer import Finalizer
@@ -205,7 +207,7 @@ async def test_completion_text_round_trips_and_a_poison_string_is_isolated(
         ),
         completion(poison, Outcome.FAILED, "failed", error_type="E", error_message="a\ud800b"),
     ]
-    with pytest.raises(asyncpg.PostgresError) as refused:
+    with pytest.raises(StatementRefused) as refused:
         await store.complete_executions([batch[2]])
     assert refused.value.sqlstate.startswith("22")
     assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
@@ -271,6 +273,7 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
                 [],
                 [],
                 [],
+                4.0,
             ),
         ),
     ]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-import asyncpg
 import pytest
 from loguru import logger
 
+from acta_sqla.errors import StatementRefused
 from acta_sqla.settings import BATCH_MAX_BYTES
 from acta_sqla.values import Completion, Outcome
 from acta_sqla.worker.clock import Clock
@@ -144,7 +144,8 @@ async def test_a_completion_the_database_refuses_does_not_block_the_others() -> 
     class Refusing(FakeStore):
         async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
             if any(c.result_json == "poison" for c in batch):
-                raise asyncpg.exceptions.UntranslatableCharacterError("unsupported escape")
+                # What the store raises for asyncpg's UntranslatableCharacterError.
+                raise StatementRefused("unsupported escape", "22P05")
             return await super().complete_executions(batch)
 
     fin.store = refusing = Refusing()
