@@ -31,19 +31,26 @@ from .errors import InvalidJobArgs, PayloadTooLarge
 from .policy import shown
 from .settings import MAX_ARGS_BYTES, MAX_ARGS_DEPTH, MAX_ARGS_INT_DIGITS
 
-_SUSPECT = re.compile("[\ud800-\udfff]|\\\\u0000|NaN|Infinity")
-"""Marks of a problem in encoded text: a lone surrogate (an encoder that does not escape
-it), an escaped NUL, the NaN/Infinity tokens pydantic writes for non-finite floats. A match
-inside an ordinary string is a false alarm that :func:`explain` clears."""
 _LONG_DIGITS = re.compile(rf"\d{{{MAX_ARGS_INT_DIGITS + 1}}}")
 _INT_LIMIT = 10**MAX_ARGS_INT_DIGITS
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def suspect(text: str) -> bool:
-    """Whether encoded args may hold a problem: False proves they do not (size aside)."""
-    if _SUSPECT.search(text) is not None:
+def suspect(text: str, *, encoded_by_pydantic: bool = False) -> bool:
+    """Whether encoded args may hold a problem: False proves they do not (size aside).
+    ``encoded_by_pydantic``: the text came from ``model_dump_json``, which raises on a lone
+    surrogate itself, so the UTF-8 test (about 0.6 µs a job of 270 bytes) is skipped."""
+    # Marks of a problem in encoded text: an escaped NUL, the NaN/Infinity tokens pydantic
+    # writes for non-finite floats. A mark inside an ordinary string is a false alarm that
+    # explain() clears. Plain substring tests: a regex alternation scans several times slower,
+    # which showed on bulk validation (+70 % on 20,000 jobs of 270 bytes).
+    if "\\u0000" in text or "NaN" in text or "Infinity" in text:
         return True
+    if not encoded_by_pydantic and not text.isascii():  # isascii() is O(1) in CPython
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a lone surrogate
+            return True
     size = len(text)
     # Nesting deeper than the limit needs more than that many '[' or '{' (and as many
     # closers); counting them costs two C scans, done only for text long enough to hold them.
