@@ -206,6 +206,12 @@ class Rate:
         "(e.g. '100/min', '3/10s')"
     )
 
+    def __post_init__(self) -> None:
+        if not _is_int(self.count) or self.count < 1 or not 0 < self.period < math.inf:
+            raise Refused(f"needs N >= 1 and a period > 0; write {self.SYNTAX}")
+        if not self.text:  # Rate(3, 10.0) built in code: spell it as stored
+            object.__setattr__(self, "text", f"{self.count}/{self.period:g}s")
+
     @classmethod
     def parse(cls, value: Any) -> Rate:
         if isinstance(value, Rate):
@@ -215,8 +221,6 @@ class Rate:
             raise Refused(f"is not a rate; write {cls.SYNTAX}")
         count, multiple, unit = int(match.group(1)), match.group(2), match.group(3)
         period = (float(multiple) if multiple else 1.0) * cls.UNITS[unit]
-        if count < 1 or not 0 < period < math.inf:
-            raise Refused(f"needs N >= 1 and a period > 0; write {cls.SYNTAX}")
         return cls(count, period, f"{count}/{multiple or ''}{unit}")
 
     @property

@@ -193,6 +193,13 @@ def test_a_concurrency_key_without_a_limit_means_one_at_a_time() -> None:
     assert Policy().concurrency_limit is None and Policy().concurrency_slots == 1
 
 
+def test_a_rate_built_in_code_is_checked_and_stored_as_text() -> None:
+    assert Policy(rate=Rate(3, 10.0)).to_json()["rate"] == "3/10s"
+    assert Rate.parse("3/10s") == Rate(3, 10.0)
+    with pytest.raises(ValueError, match="needs N >= 1"):
+        Rate(0, 1.0)
+
+
 def test_to_json_round_trips_with_the_rate_as_text() -> None:
     policy = Policy(rate="3/10s", rate_key="r:{x}", timeout=60)  # type: ignore[arg-type]
     stored = policy.to_json()
