@@ -58,7 +58,16 @@ PRUNE_CHUNKS = 20
 RECOVERY_CHUNK = 1000
 """Expired leases one recovery statement returns to ready (repeated until none is left)."""
 MAX_ARGS_BYTES = 1024 * 1024
-"""Largest JSON encoding of a job's args."""
+"""Largest JSON encoding of a job's args (UTF-8 bytes of the compact encoding)."""
+MAX_ARGS_DEPTH = 200
+"""Deepest nesting of a job's args, the args object itself being level 1. The worker loads
+args with pydantic's JSON parser (jiter), which refuses a 201st level ("recursion limit
+exceeded", measured with pydantic-core 2.50): deeper args would be stored, then fail the job
+at every attempt."""
+MAX_ARGS_INT_DIGITS = 4300
+"""Most decimal digits of an integer in a job's args: jiter refuses a longer number ("number
+out of range", measured), and Python refuses to print one by default
+(``sys.get_int_max_str_digits``)."""
 MAX_RESULT_BYTES = 64 * 1024 * 1024
 """Largest JSON encoding of a job's result; a larger result fails the attempt."""
 MAX_TRACEBACK_CHARS = 16 * 1024
