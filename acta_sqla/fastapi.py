@@ -178,7 +178,6 @@ async def in_process_worker(
             exc or ("crashed" if worker.crashed else "returned"),
         )
 
-    task.add_done_callback(ended)
     try:
         # worker_id is set once the schema is checked and the worker row registered. Polled
         # (the worker has no start-up event of its own) while watching the task, so that a
@@ -192,6 +191,8 @@ async def in_process_worker(
                 f"the in-process acta worker of namespace {acta.namespace!r} stopped during "
                 "start-up"
             )
+        # Only now: a start-up error is raised above, not also logged as a worker that died.
+        task.add_done_callback(ended)
         yield worker
     finally:
         stopping = True

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from acta_sqla import Acta, ConfigurationError, Context
-from acta_sqla.fastapi import Enqueuer, enqueuer, in_process_worker
+from acta_sqla.fastapi import Enqueuer, enqueuer, in_process_worker, worker_lifespan
 from acta_sqla.settings import load_settings
 from tests.waiting import wait_for
 
@@ -312,3 +312,13 @@ def test_the_fastapi_example_under_testclient(example_env: Sql) -> None:
     assert sql("SELECT id, email FROM users") == [(body["user_id"], "ada@example.com")]
     assert sql("SELECT id, args FROM acta.job") == [(body["job_id"], {"user_id": body["user_id"]})]
     assert sql("SELECT status FROM acta.worker") == [("stopped",)]
+
+
+def test_worker_lifespan_runs_the_worker_for_the_apps_lifetime(sql: Sql, db: str) -> None:
+    settings = load_settings(database_url=db, namespace=NAMESPACE, executors=1)
+    app = FastAPI(lifespan=worker_lifespan(acta, settings=settings))
+    with TestClient(app):
+        assert sql("SELECT status FROM acta.worker WHERE namespace = %s", NAMESPACE) == [
+            ("running",)
+        ]
+    assert sql("SELECT status FROM acta.worker WHERE namespace = %s", NAMESPACE) == [("stopped",)]

@@ -74,10 +74,10 @@ def uvicorn(db: str, tmp_path: Path) -> Iterator[Callable[..., Uvicorn]]:
         full_env = {k: v for k, v in os.environ.items() if k != "ACTA_TEST_DATABASE_URL"}
         full_env.update(ACTA_DATABASE_URL=db, PYTHONPATH=str(REPO_ROOT), **env)
         log = tmp_path / f"uvicorn-{len(started)}.log"
+        command = [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app"]
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app"]
-                + ["--host", "127.0.0.1", "--port", str(port)],
+                [*command, "--host", "127.0.0.1", "--port", str(port)],
                 cwd=REPO_ROOT,
                 env=full_env,
                 stdout=out,
@@ -142,7 +142,7 @@ def test_the_example_under_uvicorn_runs_its_welcome_jobs_and_stops_cleanly(
 
     assert len(signed) == 8
     by_id = {j["id"]: j for j in jobs}
-    for email, ids in signed.items():
+    for ids in signed.values():
         assert by_id[ids["job_id"]]["result"] == {"sent": True, "user_id": ids["user_id"]}
         assert by_id[ids["job_id"]]["kind"] == "send_welcome"
     # The failed sign-ups left neither their user nor their job.
