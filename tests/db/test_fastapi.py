@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
 from sqlalchemy import String, UniqueConstraint
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -322,3 +323,26 @@ def test_worker_lifespan_runs_the_worker_for_the_apps_lifetime(sql: Sql, db: str
             ("running",)
         ]
     assert sql("SELECT status FROM acta.worker WHERE namespace = %s", NAMESPACE) == [("stopped",)]
+
+
+async def test_a_response_that_cannot_be_built_rolls_back(
+    sql: Sql, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """The response model is checked inside the endpoint's scope: a return value that fails
+    it is a 500 and commits nothing."""
+
+    class Answer(BaseModel):
+        job_id: int
+
+    def routes(app: FastAPI, Jobs: Any) -> None:
+        @app.post("/bad-answer", response_model=Answer)
+        async def bad_answer(jobs: Jobs) -> Any:
+            jobs.session.add(Note(token="t"))
+            await jobs.enqueue(notify.job(note_id=0))
+            return {"job_id": "not a number"}
+
+    app = notes_app(enqueuer(acta, sessionmaker=sessionmaker), extra=routes)
+    async with client(app) as http:
+        answer = await http.post("/bad-answer")
+    assert answer.status_code == 500
+    assert committed(sql) == ([], [])
