@@ -21,22 +21,23 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ConfigurationError": (".errors", "ConfigurationError"),
     "Context": (".context", "Context"),
     "DuplicateJob": (".errors", "DuplicateJob"),
-    "EnqueueResult": (".app", "EnqueueResult"),
+    "EnqueueResult": (".session", "EnqueueResult"),
     "Execution": (".models", "Execution"),
     "Fail": (".errors", "Fail"),
-    "Handler": (".app", "Handler"),
+    "Handler": (".handler", "Handler"),
     "InvalidJob": (".errors", "InvalidJob"),
     "InvalidJobArgs": (".errors", "InvalidJobArgs"),
     "Job": (".models", "Job"),
-    "JobBatch": (".app", "JobBatch"),
+    "JobBatch": (".handler", "JobBatch"),
     "JobStatus": (".status", "JobStatus"),
     "LockUnavailable": (".errors", "LockUnavailable"),
     "PayloadTooLarge": (".errors", "PayloadTooLarge"),
     "Policy": (".policy", "Policy"),
+    "Rate": (".policy", "Rate"),
     "Retry": (".errors", "Retry"),
     "UnknownJobKind": (".errors", "UnknownJobKind"),
     "Worker": (".models", "Worker"),
-    "engine_options": (".store", "engine_options"),
+    "engine_options": (".database", "engine_options"),
 }
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "LockUnavailable",
     "PayloadTooLarge",
     "Policy",
+    "Rate",
     "Retry",
     "UnknownJobKind",
     "Worker",
@@ -68,10 +70,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .app import Acta as Acta
-    from .app import EnqueueResult as EnqueueResult
-    from .app import Handler as Handler
-    from .app import JobBatch as JobBatch
     from .context import Context as Context
+    from .database import engine_options as engine_options
     from .errors import ActaError as ActaError
     from .errors import Cancel as Cancel
     from .errors import ConfigurationError as ConfigurationError
@@ -83,13 +83,16 @@ if TYPE_CHECKING:
     from .errors import PayloadTooLarge as PayloadTooLarge
     from .errors import Retry as Retry
     from .errors import UnknownJobKind as UnknownJobKind
+    from .handler import Handler as Handler
+    from .handler import JobBatch as JobBatch
     from .models import Execution as Execution
     from .models import Job as Job
     from .models import JobStatus as JobStatus
     from .models import Worker as Worker
     from .policy import Policy as Policy
+    from .policy import Rate as Rate
+    from .session import EnqueueResult as EnqueueResult
     from .settings import ActaSettings as ActaSettings
-    from .store import engine_options as engine_options
 
 
 def __getattr__(name: str) -> Any:

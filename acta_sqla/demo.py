@@ -13,13 +13,12 @@ import sys
 import time
 from typing import Any
 
-from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .app import Acta
 from .context import Context
 from .errors import Retry
-from .models import TERMINAL_STATUSES, Execution, Job
+from .queries import demo as q
 from .settings import ActaSettings
 
 NAMESPACE = "demo"
@@ -54,7 +53,7 @@ def render_invoice(ctx: Context, order_id: int) -> dict[str, Any]:
 
 
 async def run_demo(settings: ActaSettings, url: str, users: int = 200) -> dict[str, Any]:
-    from .store import create_engine
+    from .database import create_engine
     from .worker import Worker
 
     engine = create_engine(url, settings.db_schema)
@@ -63,9 +62,8 @@ async def run_demo(settings: ActaSettings, url: str, users: int = 200) -> dict[s
     try:
         async with AsyncSession(engine, expire_on_commit=False) as session:
             # The demo owns its namespace: start from an empty one.
-            old = select(Job.id).where(Job.namespace == NAMESPACE).scalar_subquery()
-            await session.execute(delete(Execution).where(Execution.job_id.in_(old)))
-            await session.execute(delete(Job).where(Job.namespace == NAMESPACE))
+            await session.execute(q.delete_namespace_history(NAMESPACE))
+            await session.execute(q.delete_namespace_jobs(NAMESPACE))
             await session.commit()
             # A sign-up and its welcome mail commit together...
             first = send_welcome.job(user_id=0, template="vip")
@@ -79,9 +77,7 @@ async def run_demo(settings: ActaSettings, url: str, users: int = 200) -> dict[s
             jobs += [charge_card.job(order_id=1), import_feed.job(url="https://example.com/feed")]
             await acta.enqueue_many(session, jobs)
             await session.commit()
-            rolled_back = await session.scalar(
-                select(func.count()).select_from(Job).where(Job.args["user_id"].as_integer() == -1)
-            )
+            rolled_back = await session.scalar(q.count_jobs_of_user(-1))
         total = len(jobs) + 1
         say(
             f"enqueued {total} jobs in namespace {NAMESPACE!r} (the rolled-back one: "
@@ -92,11 +88,7 @@ async def run_demo(settings: ActaSettings, url: str, users: int = 200) -> dict[s
         started = time.monotonic()
         async with AsyncSession(engine) as session:
             while True:
-                done = await session.scalar(
-                    select(func.count())
-                    .select_from(Job)
-                    .where(Job.namespace == NAMESPACE, Job.status.in_(TERMINAL_STATUSES))
-                )
+                done = await session.scalar(q.count_finished(NAMESPACE))
                 await session.commit()
                 say(f"  {done}/{total} finished", end="\r" if tty else "\n", show=tty)
                 if done >= total or runner.done():
@@ -108,26 +100,10 @@ async def run_demo(settings: ActaSettings, url: str, users: int = 200) -> dict[s
         if tty:
             say("")
         async with AsyncSession(engine) as session:
-            rows = (
-                await session.execute(
-                    select(Job.kind, Job.status, func.count(), func.avg(Job.attempts))
-                    .where(Job.namespace == NAMESPACE)
-                    .group_by(Job.kind, Job.status)
-                    .order_by(Job.kind)
-                )
-            ).all()
-            failed_error = await session.scalar(
-                select(Job.last_error).where(Job.namespace == NAMESPACE, Job.kind == "import_feed")
-            )
-            charge = await session.scalar(
-                select(Job.result).where(Job.namespace == NAMESPACE, Job.kind == "charge_card")
-            )
-            executions = await session.scalar(
-                select(func.count())
-                .select_from(Execution)
-                .join(Job, Job.id == Execution.job_id)
-                .where(Job.namespace == NAMESPACE)
-            )
+            rows = (await session.execute(q.outcome_by_kind(NAMESPACE))).all()
+            failed_error = await session.scalar(q.last_error_of_kind(NAMESPACE, "import_feed"))
+            charge = await session.scalar(q.result_of_kind(NAMESPACE, "charge_card"))
+            executions = await session.scalar(q.count_executions(NAMESPACE))
         say(f"ran {total} jobs ({executions} attempts) in {elapsed:.2f}s:")
         for kind, status, n, attempts in rows:
             say(f"  {kind:<15} {status.value:<10} {n:>4}   avg attempts {float(attempts):.1f}")

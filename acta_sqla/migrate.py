@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from .errors import ConfigurationError
 from .models import SCHEMA, Base
+from .queries import admin
 from .settings import SCHEMA_HEAD, SCHEMA_VERSION_TABLE, ActaSettings, load_settings
 
 # Constants live in settings so that a worker can check the schema without importing this
@@ -110,14 +111,10 @@ def current(url: str | None = None, schema: str | None = None) -> str | None:
         engine = create_async_engine(resolved)
         try:
             async with engine.connect() as conn:
-                found = await conn.scalar(
-                    text("SELECT to_regclass(:t)"), {"t": f"{settings.db_schema}.{VERSION_TABLE}"}
-                )
-                if found is None:
+                schema = settings.db_schema
+                if not await conn.scalar(text(admin.version_table_exists(schema, VERSION_TABLE))):
                     return None
-                return await conn.scalar(
-                    text(f'SELECT version_num FROM "{settings.db_schema}".{VERSION_TABLE}')
-                )
+                return await conn.scalar(text(admin.schema_revision(schema, VERSION_TABLE)))
         finally:
             await engine.dispose()
 
@@ -131,7 +128,7 @@ def heads() -> list[str]:
 
 
 def resolve_url(url: str | None, settings: ActaSettings) -> str:
-    from .store import async_url, database_url
+    from .database import async_url, database_url
 
     return async_url(url or database_url(settings))
 
@@ -172,7 +169,7 @@ def _acta_schemas() -> set[str]:
 def _configure_and_run(context: Any, connection: Connection, schema: str) -> None:
     global _target_schema
     _target_schema = schema
-    connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+    connection.execute(text(admin.create_schema(schema)))
     if schema != SCHEMA:
         connection = connection.execution_options(schema_translate_map={SCHEMA: schema})
     context.configure(

@@ -33,17 +33,16 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
-from .errors import InvalidJob, InvalidJobArgs
-from .payload import check_json
-from .settings import MAX_ARGS_BYTES
+from .database import install_error_translation
+from .errors import InvalidJob
+from .payload import args_json
+from .policy import job_option
+from .queries._render import ACTIVE, TERMINAL
+from .schema import SCHEMA as SCHEMA
 from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
 from .status import JobStatus as JobStatus
 from .status import WorkerStatus as WorkerStatus
-from .store import install_error_translation
-
-SCHEMA = "acta"
-"""The schema name the models are declared in; remapped at run time when configured."""
 
 
 class Base(DeclarativeBase):
@@ -74,8 +73,10 @@ def _status_type(enum: type[StrEnum], name: str) -> Enum:
     )
 
 
-_ACTIVE_SQL = "status IN ('ready', 'executing', 'waiting')"
-_TERMINAL_SQL = "status IN ('succeeded', 'failed', 'cancelled')"
+# Rendered from status.py: "status IN ('ready', 'executing', 'waiting')" and
+# "status IN ('succeeded', 'failed', 'cancelled')" (the DDL text migrations compare).
+_ACTIVE_SQL = f"status IN {ACTIVE}"
+_TERMINAL_SQL = f"status IN {TERMINAL}"
 
 execution_id_seq = Sequence("execution_id_seq", metadata=Base.metadata)
 """The low 40 bits of the fencing token the claim mints (see ``WorkerSQL``); the high bits
@@ -183,42 +184,45 @@ class Job(Base):
         delay: float | timedelta | None = None,
         **fields: Any,
     ) -> None:
+        # Every field goes through policy's JOB_OPTION_CHECKS and the args through payload:
+        # the same rules, and messages, as handler.job() and handler.jobs().
         if not isinstance(kind, str) or not kind:
             raise InvalidJob(f"kind must be a non-empty string, got {kind!r}")
+        if fields.get("run_at", False) is None:
+            del fields["run_at"]  # None reads as "not given": due now, on the database clock
         if delay is not None:
             if "run_at" in fields:
-                raise InvalidJob("give either run_at or delay, not both")
-            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-            if seconds < 0:
-                raise InvalidJob(f"delay must be >= 0 seconds, got {seconds!r}")
+                raise InvalidJob(f"{kind}: give either run_at or delay, not both")
+            seconds = job_option(kind, "delay", delay)
             # Due time on the database clock, never this process's.
             fields["run_at"] = func.now() + timedelta(seconds=seconds)
             self._delay_seconds = seconds
-        run_at = fields.get("run_at")
-        if isinstance(run_at, datetime) and run_at.tzinfo is None:
-            raise InvalidJob(
-                f"run_at must be timezone-aware, got naive {run_at.isoformat()}; "
-                "use datetime.now(timezone.utc) or pass delay= in seconds"
-            )
+        elif "run_at" in fields:
+            job_option(kind, "run_at", fields["run_at"])
         super().__init__(kind=kind, args={} if args is None else args, **fields)
 
     @validates("args")
     def _validate_args(self, _key: str, value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise InvalidJobArgs(f"args must be a dict of keyword arguments, got {value!r}")
-        return check_json("args", value, MAX_ARGS_BYTES)
-
-    @validates("priority", "max_attempts")
-    def _validate_ints(self, key: str, value: Any) -> Any:
-        if value is None and key == "max_attempts":
-            return value
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidJob(f"{key} must be an int, got {value!r}")
-        if key == "priority" and not -32768 <= value <= 32767:
-            raise InvalidJob(f"priority must be between -32768 and 32767, got {value}")
-        if key == "max_attempts" and value < 1:
-            raise InvalidJob(f"max_attempts must be >= 1, got {value}")
+        args_json(self.kind or "job", value)
         return value
+
+    _COLUMN_RULES = {"lane_key": "lane", "parent_id": "parent", "rate_key": "unique_key"}
+    """Columns checked by the rule of a job option of another name (a rate key is a key
+    like a unique key)."""
+
+    @validates(
+        "priority",
+        "max_attempts",
+        "unique_key",
+        "lane_key",
+        "concurrency_key",
+        "rate_key",
+        "parent_id",
+    )
+    def _validate_field(self, key: str, value: Any) -> Any:
+        if value is None and key != "priority":
+            return value
+        return job_option(self.kind or "job", key, value, check=self._COLUMN_RULES.get(key))
 
     def __repr__(self) -> str:
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"

@@ -1,19 +1,37 @@
-"""A kind's policy: what a definition says about attempts, timeout, backoff, priority and keys.
+"""A kind's policy, and the ONE validation of every option a kind or a job takes.
 
-Declared in code with ``@acta.job(...)``, stored in the ``definition`` table when a worker
-starts, and adjustable by operators; the effective policy is the declared one with the
-operator's overrides on top.
+A policy says what a definition holds about attempts, timeout, backoff, priority and keys.
+It is declared in code with ``@acta.job(...)``, stored in the ``definition`` table when a
+worker starts, and adjustable by operators; the effective policy is the declared one with
+the operator's overrides on top (:meth:`Policy.merged`).
+
+Every path that takes an option goes through the two tables below, so the same value gets
+the same answer wherever it is given:
+
+* ``POLICY_CHECKS``: ``@acta.job(...)`` / ``Policy(...)`` and operators' overrides;
+* ``JOB_OPTION_CHECKS``: ``Job(...)``, ``handler.job(..., **options)`` and
+  ``handler.jobs([...], **options)``.
+
+A check returns the parsed value (a :class:`Rate` from ``"100/min"``, seconds as a float)
+or raises :class:`Refused` saying what the value must be; the caller names the field and
+the value and picks the error: ``ConfigurationError`` at declaration, ``InvalidJob`` at
+enqueue. The checks of the args themselves (JSON that PostgreSQL stores and the worker
+loads) are in ``payload``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
+import re
 import string
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import ConfigurationError, InvalidJobArgs
+from .errors import ConfigurationError, InvalidJob, InvalidJobArgs
 from .settings import (
     DEFAULT_BACKOFF_BASE_SECONDS,
     DEFAULT_BACKOFF_MAX_SECONDS,
@@ -21,6 +39,223 @@ from .settings import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
 )
+
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
+"""The job.priority column is a smallint: a value outside it is a raw DBAPIError at commit."""
+INT4_MAX = 2**31 - 1
+"""max_attempts and concurrency limits are int columns or are cast to int in SQL."""
+BIGINT_MAX = 2**63 - 1
+DELAY_MAX_SECONDS = 1e12
+"""About 31,700 years. Far beyond it a due time overflows: Python's timedelta past 8.6e13 s,
+PostgreSQL's timestamps (which end in 294276 AD) past about 9e12 s, as raw errors."""
+
+
+class Refused(ValueError):
+    """Why a value is refused, without the field's name (the caller adds it and the value)."""
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message: cut to ``limit`` characters, and safe for an
+    int too long to print (``repr(10**5000)`` itself raises ValueError)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<int of {value.bit_length():,} bits>" if isinstance(value, int) else "<?>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int to Python, but True as a budget or a priority is a mistake, not a 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_in(low: int, high: int, meaning: str) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if not _is_int(value) or not low <= value <= high:
+            span = f">= {low}" if high in (INT4_MAX, BIGINT_MAX) else f"in {low}..{high}"
+            raise Refused(f"must be an int {span} ({meaning})")
+        return int(value)
+
+    return check
+
+
+def _seconds(
+    *, positive: bool, meaning: str, timedelta_ok: bool = False, maximum: float = math.inf
+) -> Callable[[Any], float]:
+    bound = "finite and " + ("> 0" if positive else ">= 0")
+    if maximum < math.inf:
+        bound = bound.replace(" and ", ", ") + f" and <= {maximum:g}"
+
+    def check(value: Any) -> float:
+        if timedelta_ok and isinstance(value, timedelta):
+            value = value.total_seconds()
+        try:
+            seconds = float(value) if isinstance(value, int | float) else math.nan
+        except OverflowError:  # an int too large for a float
+            seconds = math.inf
+        if (
+            isinstance(value, bool)
+            or not math.isfinite(seconds)
+            or not (seconds > 0 if positive else seconds >= 0)
+            or seconds > maximum
+        ):
+            kinds = "a number of seconds or a timedelta" if timedelta_ok else "a number"
+            raise Refused(f"must be {kinds}, {bound} ({meaning})")
+        return seconds
+
+    return check
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def optional(value: Any) -> Any:
+        return None if value is None else check(value)
+
+    return optional
+
+
+def template_fields(template: str) -> list[str]:
+    """The argument names a key template reads: ``"c:{customer[id]}:{region}"`` ->
+    ``["customer", "region"]``."""
+    return [
+        re.split(r"[.\[]", name, maxsplit=1)[0]
+        for _, name, _, _ in string.Formatter().parse(template)
+        if name is not None
+    ]
+
+
+def check_template(value: Any) -> str:
+    """A key template such as ``"customer:{customer_id}"``: fields name args by keyword;
+    ``{customer[id]}`` reads a key of a dict argument."""
+    if not isinstance(value, str) or not value:
+        raise Refused("must be a non-empty template string such as 'customer:{customer_id}'")
+    try:
+        parsed = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise Refused(
+            f"is not a valid template ({exc}); write a literal brace as '{{{{' or '}}}}'"
+        ) from None
+    for _, name, spec, _ in parsed:
+        if name is None:
+            continue
+        root = re.split(r"[.\[]", name, maxsplit=1)[0]
+        if not root or root.isdigit():
+            raise Refused("reads args by position; name the argument, e.g. '{customer_id}'")
+        if "." in name:
+            # Args arrive as JSON: a dict has keys, not attributes; format() would raise
+            # AttributeError at every enqueue.
+            raise Refused(
+                f"reads an attribute ({{{name}}}); args are JSON, so read a key instead, "
+                f"e.g. '{{{root}[id]}}'"
+            )
+        if spec and "{" in spec:
+            raise Refused("has a nested field in a format spec; keys are rendered from args only")
+    _check_text(value)
+    return value
+
+
+def _check_text(value: str) -> None:
+    if "\x00" in value:
+        raise Refused("contains a NUL character, which a PostgreSQL text column cannot store")
+    if _SURROGATE.search(value):
+        raise Refused(
+            "contains a lone surrogate (not valid Unicode), which PostgreSQL cannot store"
+        )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_key(value: Any) -> str:
+    """A per-job key (``unique_key=``, ``lane=``, ``concurrency_key=``): the key itself, not
+    a template."""
+    if not isinstance(value, str) or not value:
+        raise Refused("must be a non-empty string")
+    _check_text(value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``count`` admissions per ``period`` seconds: parsed from ``"10/s"``,
+    ``"100/min"``, ``"5/h"``, ``"1000/d"`` or, with a multiple of the unit, ``"3/10s"``,
+    ``"50/15min"``."""
+
+    count: int
+    period: float
+    """Seconds."""
+    text: str = field(default="", compare=False)
+    """The canonical spelling, as stored in a definition."""
+
+    UNITS = {
+        "s": 1.0,
+        "sec": 1.0,
+        "second": 1.0,
+        "min": 60.0,
+        "minute": 60.0,
+        "h": 3600.0,
+        "hour": 3600.0,
+        "d": 86400.0,
+        "day": 86400.0,
+    }
+    PATTERN = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
+    SYNTAX = (
+        "'N/unit' or 'N/<k>unit' with N an int >= 1 and unit s, min, h or d "
+        "(e.g. '100/min', '3/10s')"
+    )
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.count) or self.count < 1 or not 0 < self.period < math.inf:
+            raise Refused(f"needs N >= 1 and a period > 0; write {self.SYNTAX}")
+        if not self.text:  # Rate(3, 10.0) built in code: spell it as stored
+            object.__setattr__(self, "text", f"{self.count}/{self.period:g}s")
+
+    @classmethod
+    def parse(cls, value: Any) -> Rate:
+        if isinstance(value, Rate):
+            return value
+        match = cls.PATTERN.match(value) if isinstance(value, str) else None
+        if match is None or match.group(3) not in cls.UNITS:
+            raise Refused(f"is not a rate; write {cls.SYNTAX}")
+        count, multiple, unit = int(match.group(1)), match.group(2), match.group(3)
+        period = (float(multiple) if multiple else 1.0) * cls.UNITS[unit]
+        return cls(count, period, f"{count}/{multiple or ''}{unit}")
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.period
+
+    def __str__(self) -> str:
+        return self.text
+
+
+_attempts = _int_in(1, INT4_MAX, "the failure budget; the first attempt counts")
+_priority = _int_in(PRIORITY_MIN, PRIORITY_MAX, "lower runs first")
+
+POLICY_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "max_attempts": _attempts,
+    "timeout": _seconds(positive=True, meaning="seconds one attempt may run"),
+    "priority": _priority,
+    "backoff_base": _seconds(positive=False, meaning="seconds before the first retry"),
+    "backoff_max": _seconds(positive=False, meaning="the longest wait between retries"),
+    "concurrency_key": _optional(check_template),
+    "concurrency_limit": _optional(
+        _int_in(1, INT4_MAX, "executions of one concurrency key at once")
+    ),
+    "rate": _optional(Rate.parse),
+    "rate_key": _optional(check_template),
+    "lane": _optional(check_template),
+    "unique_key": _optional(check_template),
+    "retention": _optional(
+        _seconds(positive=False, meaning="seconds a finished job is kept; None keeps it")
+    ),
+}
+"""Every policy field and its check: the one place a policy value is validated."""
+
+TEMPLATE_FIELDS = ("unique_key", "lane", "concurrency_key", "rate_key")
+"""Policy fields that are key templates rendered from each job's args."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +270,11 @@ class Policy:
     concurrency_key: str | None = None
     """Template rendered from the args, e.g. ``"customer:{customer_id}"``."""
     concurrency_limit: int | None = None
-    rate: str | None = None
-    """e.g. ``"100/min"``: admitted at most that often across all workers."""
+    """Executions of one concurrency key at once across all workers. A concurrency key with
+    no limit (declared here, or given per job) means 1: one at a time per key."""
+    rate: Rate | None = None
+    """e.g. ``"100/min"`` (text is parsed into a :class:`Rate`): admitted at most that often
+    across all workers, per ``rate_key`` (default: the kind)."""
     rate_key: str | None = None
     lane: str | None = None
     """Template of the lane key: jobs of one lane run one at a time, in enqueue order."""
@@ -47,23 +285,30 @@ class Policy:
 
     def __post_init__(self) -> None:
         problems = []
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            problems.append(f"max_attempts={self.max_attempts!r} must be an int >= 1")
-        if not isinstance(self.timeout, int | float) or self.timeout <= 0:
-            problems.append(f"timeout={self.timeout!r} must be > 0 seconds")
-        if not isinstance(self.priority, int) or not -32768 <= self.priority <= 32767:
-            problems.append(f"priority={self.priority!r} must be an int in -32768..32767")
-        if self.backoff_base < 0 or self.backoff_max < self.backoff_base:
+        for name, check in POLICY_CHECKS.items():
+            value = getattr(self, name)
+            try:
+                parsed = check(value)
+            except Refused as why:
+                problems.append(f"{name}={shown(value)} {why}")
+                continue
+            if parsed is not value:
+                object.__setattr__(self, name, parsed)
+        if not problems and self.backoff_max < self.backoff_base:
             problems.append(
                 f"backoff_base={self.backoff_base!r}, backoff_max={self.backoff_max!r}: "
-                "need 0 <= backoff_base <= backoff_max"
+                "need backoff_base <= backoff_max"
             )
-        if self.concurrency_limit is not None and self.concurrency_limit < 1:
-            problems.append(f"concurrency_limit={self.concurrency_limit!r} must be >= 1")
-        if self.retention is not None and self.retention < 0:
-            problems.append(f"retention={self.retention!r} must be >= 0 seconds")
         if problems:
             raise ConfigurationError("invalid job policy: " + "; ".join(problems))
+        if self.concurrency_key is not None and self.concurrency_limit is None:
+            object.__setattr__(self, "concurrency_limit", 1)
+
+    @property
+    def concurrency_slots(self) -> int:
+        """Executions of one concurrency key at once: the limit, or 1 where none is set (a
+        job may bring its own key to a kind that declares none)."""
+        return self.concurrency_limit or 1
 
     def retry_delay(self, attempts: int, rng: random.Random | None = None) -> float:
         """Seconds before the next try after ``attempts`` charged attempts: exponential, ±25 %."""
@@ -71,19 +316,47 @@ class Policy:
         return base * (rng or random).uniform(0.75, 1.25)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {
+            name: str(value) if isinstance(value, Rate) else value
+            for name in self.field_names()
+            for value in (getattr(self, name),)
+        }
 
-    def merged(self, overrides: dict[str, Any]) -> Policy:
-        known = {f.name for f in dataclasses.fields(self)}
-        return dataclasses.replace(self, **{k: v for k, v in overrides.items() if k in known})
+    def merged(self, overrides: Mapping[str, Any]) -> Policy:
+        """This policy with an operator's overrides on top, each checked as ``@acta.job``
+        checks it. Unknown names are ignored: a newer release's field stored by its CLI
+        must not stop an older worker."""
+        known = {name: value for name, value in overrides.items() if name in POLICY_CHECKS}
+        problems = []
+        for name, value in known.items():
+            try:
+                POLICY_CHECKS[name](value)
+            except Refused as why:
+                problems.append(f"{name}={shown(value)} {why}")
+        if problems:
+            raise ConfigurationError("invalid policy override: " + "; ".join(problems))
+        return dataclasses.replace(self, **known)
 
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
 
 
-def template_fields(template: str) -> list[str]:
-    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+def check_templates(policy: Policy, kind: str, params: tuple[str, ...], any_name: bool) -> None:
+    """Each key template may only read the handler's own parameters: a typo fails at
+    import, not at the first enqueue. ``any_name``: the handler takes ``**kwargs``."""
+    if any_name:
+        return
+    for option in TEMPLATE_FIELDS:
+        template = getattr(policy, option)
+        if template is None:
+            continue
+        unknown = [f for f in template_fields(template) if f not in params]
+        if unknown:
+            raise ConfigurationError(
+                f"handler {kind!r}: {option}={template!r} names {unknown}, which "
+                f"is not among its parameters ({', '.join(params) or 'none'})"
+            )
 
 
 def render_key(template: str | None, args: dict[str, Any], what: str, kind: str) -> str | None:
@@ -92,8 +365,90 @@ def render_key(template: str | None, args: dict[str, Any], what: str, kind: str)
         return None
     try:
         return template.format(**args)
-    except (KeyError, IndexError) as exc:
+    except KeyError as exc:
         raise InvalidJobArgs(
             f"{kind}: the {what} template {template!r} needs argument {exc}, which this job's "
             "args do not have"
         ) from None
+    except (IndexError, TypeError, ValueError) as exc:
+        # e.g. '{customer[id]}' on a customer that is a number, or '{n:d}' on a string.
+        raise InvalidJobArgs(
+            f"{kind}: the {what} template {template!r} cannot be rendered from this job's "
+            f"args: {exc}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- job options
+
+
+def _run_at(value: Any) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise Refused(
+            "must be a timezone-aware datetime; use datetime.now(timezone.utc) + ... or pass "
+            "delay= in seconds"
+        )
+    return value
+
+
+def _parent(value: Any) -> int:
+    if not _is_int(value):
+        job_id = getattr(value, "id", None)
+        if job_id is None and hasattr(value, "id"):
+            raise Refused(
+                "is a job without an id yet; flush the session (await session.flush()) "
+                "before giving it as a parent"
+            )
+        value = job_id
+    if not _is_int(value) or not 1 <= value <= BIGINT_MAX:
+        raise Refused("must be a Job or a job id (an int >= 1)")
+    return int(value)
+
+
+JOB_OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "run_at": _run_at,
+    "delay": _seconds(
+        positive=False,
+        meaning="counted on the database clock",
+        timedelta_ok=True,
+        maximum=DELAY_MAX_SECONDS,
+    ),
+    "priority": _priority,
+    "max_attempts": _optional(_attempts),
+    "unique_key": _optional(check_key),
+    "lane": _optional(check_key),
+    "concurrency_key": _optional(check_key),
+    "parent": _optional(_parent),
+}
+"""Every per-job option and its check; ``Job(...)`` columns use the same checks
+(``lane_key`` as ``lane``, ``parent_id`` as ``parent``)."""
+
+JOB_OPTIONS = frozenset(JOB_OPTION_CHECKS)
+"""Keyword names that ``handler.job()`` takes as per-job options rather than args; a handler
+parameter may therefore not use one of these names."""
+
+
+def job_option(kind: str, name: str, value: Any, *, check: str | None = None) -> Any:
+    """One job option, parsed; ``InvalidJob`` naming the kind, the field and the value.
+    ``check``: the option whose rule applies when the field is a column of another name."""
+    try:
+        return JOB_OPTION_CHECKS[check or name](value)
+    except Refused as why:
+        raise InvalidJob(f"{kind}: {name}={shown(value)} {why}") from None
+
+
+def job_options(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-job options of ``handler.job()`` / ``handler.jobs()``, each parsed."""
+    unknown = set(options) - JOB_OPTIONS
+    if unknown:
+        raise InvalidJob(
+            f"{kind}: unknown job option(s) {sorted(unknown)}; known: "
+            f"{', '.join(sorted(JOB_OPTIONS))}"
+        )
+    if options.get("delay") is not None and options.get("run_at") is not None:
+        raise InvalidJob(f"{kind}: give either run_at or delay, not both")
+    return {
+        name: job_option(kind, name, value)
+        for name, value in options.items()
+        # run_at=None / delay=None read as "not given", as Job(delay=None) does.
+        if value is not None or name not in ("run_at", "delay")
+    }

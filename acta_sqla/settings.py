@@ -7,6 +7,7 @@ All durations are in seconds.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -57,7 +58,16 @@ PRUNE_CHUNKS = 20
 RECOVERY_CHUNK = 1000
 """Expired leases one recovery statement returns to ready (repeated until none is left)."""
 MAX_ARGS_BYTES = 1024 * 1024
-"""Largest JSON encoding of a job's args."""
+"""Largest JSON encoding of a job's args (UTF-8 bytes of the compact encoding)."""
+MAX_ARGS_DEPTH = 200
+"""Deepest nesting of a job's args, the args object itself being level 1. The worker loads
+args with pydantic's JSON parser (jiter), which refuses a 201st level ("recursion limit
+exceeded", measured with pydantic-core 2.50): deeper args would be stored, then fail the job
+at every attempt."""
+MAX_ARGS_INT_DIGITS = 4300
+"""Most decimal digits of an integer in a job's args: jiter refuses a longer number ("number
+out of range", measured), and Python refuses to print one by default
+(``sys.get_int_max_str_digits``)."""
 MAX_RESULT_BYTES = 64 * 1024 * 1024
 """Largest JSON encoding of a job's result; a larger result fails the attempt."""
 MAX_TRACEBACK_CHARS = 16 * 1024
@@ -67,9 +77,44 @@ SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _URL_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
 
 
+def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU quota of this process's cgroup in cores (``200000 100000`` -> 2.0), or None
+    when unlimited or unknown. cgroup v2 (``cpu.max``) first, then v1 (``cpu.cfs_*``)."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+
+
+def available_cpus(root: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may use: its CPU affinity (``os.process_cpu_count`` where
+    Python has it), capped by a container's CPU quota. ``os.cpu_count()`` alone counts the
+    host's cores: a pod limited to 2 CPUs on a 32-core node would get 64 executors and 64
+    threads instead of 8."""
+    counter = getattr(os, "process_cpu_count", None)
+    if counter is not None:
+        cores = counter() or 1
+    elif hasattr(os, "sched_getaffinity"):
+        cores = len(os.sched_getaffinity(0)) or 1
+    else:
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit(root)
+    if limit is not None:
+        cores = min(cores, max(1, math.ceil(limit)))
+    return cores
+
+
 def default_executors() -> int:
-    """4 per core, clamped to 8..64 (a 2-core container gets 8, 16 cores and up get 64)."""
-    return max(8, min(64, 4 * (os.cpu_count() or 1)))
+    """4 per core, clamped to 8..64 (a 2-core container gets 8, 16 cores and up get 64);
+    cores as :func:`available_cpus` counts them (affinity and container quota)."""
+    return max(8, min(64, 4 * available_cpus()))
 
 
 def default_data_dir() -> Path:

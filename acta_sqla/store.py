@@ -1,131 +1,79 @@
-"""The one place that talks to PostgreSQL at run time: URLs, connections, the statements of
-`queries`, rows turned into frozen values, and database errors turned into acta errors."""
+"""The worker's one door to PostgreSQL: a connection per role, the statements of
+``queries.worker`` run on them, rows turned into frozen values, and driver errors turned
+into acta errors (``StoreUnavailable``, ``StatementRefused``), so that no stage of the
+worker needs to know asyncpg's exceptions. asyncpg only: a worker never loads SQLAlchemy.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
-from loguru import logger
 
-from .errors import ActaError, ConfigurationError, DuplicateJob, StatementRefused
-from .queries import WorkerSQL, complete
-from .settings import (
-    SCHEMA_HEAD,
-    SCHEMA_VERSION_TABLE,
-    WORKER_DEAD_BEATS,
-    ActaSettings,
-    Timings,
-)
+from .database import asyncpg_dsn
+from .errors import ConfigurationError, StatementRefused, StoreUnavailable
+from .queries import complete
+from .queries.worker import WorkerSQL
+from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings
 from .status import JobStatus
 from .values import ClaimedJob, Completion, ExpiredLease, HeartbeatReport
 
-if TYPE_CHECKING:
-    from sqlalchemy.engine import URL, ExceptionContext
-    from sqlalchemy.ext.asyncio import AsyncEngine
+__all__ = [
+    "Definitions",
+    "RoleConnection",
+    "StatementRefused",
+    "StoreUnavailable",
+    "WorkerStore",
+    "app_name",
+    "brief",
+]
 
-# SQLAlchemy is imported inside the functions that need it: the worker's own path (asyncpg
-# only) never loads it.
+# ---------------------------------------------------------------- driver errors → acta errors
 
-
-def database_url(settings: ActaSettings) -> str:
-    """The configured URL, or the embedded default's (started on demand)."""
-    if settings.database_url:
-        return settings.database_url
-    from . import embedded
-
-    return embedded.start(settings.data_dir)
-
-
-_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
-
-
-def async_url(url: str | URL) -> str:
-    """The URL with the asyncpg driver, as SQLAlchemy's async engine wants it."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url) if isinstance(url, str) else url
-    return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-
-
-def asyncpg_dsn(url: str | URL) -> str:
-    """The URL as a plain libpq-style DSN, as ``asyncpg.connect`` wants it: the same URL with
-    the scheme ``postgresql://`` (SQLAlchemy URLs and libpq URIs quote alike)."""
-    text = url if isinstance(url, str) else url.render_as_string(hide_password=False)
-    return _SCHEME.sub("postgresql://", text, count=1)
-
-
-# ---------------------------------------------------------------- database errors → acta errors
-
-_UNIQUE_INDEX = "job_unique_key_idx"
-_KEY_DETAIL = re.compile(
-    r"Key \(namespace, unique_key\)=\((?P<ns>.*?), (?P<key>.*)\) already exists"
+_LOST_CONNECTION_STATES = frozenset(
+    {
+        "57P01",  # admin_shutdown: pg_terminate_backend, a fast shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now: the server is starting or stopping
+        "53300",  # too_many_connections
+        # A demoted primary (after a failover) refuses writes; a new connection finds the
+        # new primary behind the same address.
+        "25006",  # read_only_sql_transaction
+    }
 )
+"""SQLSTATEs that say the connection (or the server behind it) is gone or unfit, besides
+class 08 (connection exception): the connection is replaced, the statement is not at
+fault."""
 
-
-def _db_error_fields(exc: BaseException | None) -> tuple[str | None, str | None]:
-    """(constraint name, detail) of a driver error, for asyncpg and psycopg alike."""
-    seen = 0
-    while exc is not None and seen < 5:
-        seen += 1
-        constraint = getattr(exc, "constraint_name", None)
-        detail = getattr(exc, "detail", None)
-        diag = getattr(exc, "diag", None)
-        if diag is not None:
-            constraint = constraint or getattr(diag, "constraint_name", None)
-            detail = detail or getattr(diag, "message_detail", None)
-        if constraint:
-            return constraint, detail
-        exc = exc.__cause__ or getattr(exc, "orig", None)
-    return None, None
-
-
-def _translate_error(context: ExceptionContext) -> BaseException | None:
-    constraint, detail = _db_error_fields(context.original_exception)
-    if constraint != _UNIQUE_INDEX:
-        return None
-    match = _KEY_DETAIL.search(detail or "")
-    if match is None:
-        return DuplicateJob("?", "?")
-    return DuplicateJob(match["ns"], match["key"])
-
-
-def install_error_translation() -> None:
-    """Make a plain ``session.add`` of a duplicate unique job raise ``DuplicateJob`` (naming
-    the key) instead of a bare IntegrityError, on every engine, sync or async."""
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    if not event.contains(Engine, "handle_error", _translate_error):
-        event.listen(Engine, "handle_error", _translate_error)
-
-
-# ---------------------------------------------------------------- the worker's store
-
-
-class StoreUnavailable(ActaError):
-    """A statement could not run because the connection failed; the caller backs off and
-    tries again (a new connection is opened on the next call)."""
-
-
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    ConnectionError,
+_DRIVER_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, unreachable; TimeoutError and ConnectionError are OSErrors
     asyncio.TimeoutError,
+    # The driver's own view of a broken connection. After pg_terminate_backend asyncpg
+    # often raises InternalClientError ("cannot switch to state 12; another operation (2)
+    # is in progress") instead of a connection error: the connection is unusable all the
+    # same, and keeping it stalled every claim behind it (issue 10, item 7).
     asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.ReadOnlySQLTransactionError,
-    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InternalClientError,
 )
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True when ``exc`` means the connection is gone or unfit (replace it), False when the
+    server answered the statement itself with an error."""
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        return state[:2] == "08" or state in _LOST_CONNECTION_STATES
+    return isinstance(exc, _DRIVER_CONNECTION_ERRORS)
+
+
+def brief(exc: BaseException) -> str:
+    """``Type: first line of the message``, for one log line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def app_name(role: str, worker_id: object = None) -> str:
@@ -135,10 +83,14 @@ def app_name(role: str, worker_id: object = None) -> str:
 
 
 class RoleConnection:
-    """One connection of one role (claim, complete, heartbeat, listen), opened on demand.
+    """One connection of one role (claim, complete, heartbeat, admin, lock), opened on
+    demand.
 
-    A connection error discards the connection (it may be pointed at a demoted primary or
-    half dead) and raises ``StoreUnavailable``; the next call connects afresh.
+    Whatever the driver raises for a lost connection discards the connection at once (it
+    may be killed, half dead, or pointed at a demoted primary) and raises
+    ``StoreUnavailable``: the next call connects afresh. An error the server answered the
+    statement with raises ``StatementRefused`` carrying its SQLSTATE, and the connection is
+    kept.
     """
 
     def __init__(
@@ -170,8 +122,14 @@ class RoleConnection:
                         timeout=self.timeout,
                         server_settings={"application_name": name, **self.settings},
                     )
-                except _CONNECTION_ERRORS as exc:
-                    raise StoreUnavailable(f"{self.role}: cannot connect: {_brief(exc)}") from exc
+                except Exception as exc:
+                    message = f"{self.role}: cannot connect: {brief(exc)}"
+                    if connection_lost(exc):  # refused, unreachable, starting up: may pass
+                        raise StoreUnavailable(message) from exc
+                    if isinstance(exc, asyncpg.PostgresError):
+                        # A bad password, an unknown database: waiting will not mend it.
+                        raise StatementRefused(message, exc.sqlstate or "XX000") from exc
+                    raise
                 self._connected_as = name
             return self.conn
 
@@ -180,13 +138,11 @@ class RoleConnection:
         before the worker's id was known)."""
         if self.conn is not None and self._connected_as != self.application_name:
             name = self.application_name
-            await self.execute("SELECT set_config('application_name', $1, false)", name)
+            await self.execute(WorkerSQL.set_application_name, name)
             self._connected_as = name
 
     async def discard(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None and not conn.is_closed():
-            conn.terminate()
+        self._drop()
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         return await self._run("fetch", sql, args)  # type: ignore[no-any-return]
@@ -199,22 +155,38 @@ class RoleConnection:
             conn = await self.get()
             try:
                 return await getattr(conn, method)(sql, *args, timeout=self.timeout)
-            except _CONNECTION_ERRORS as exc:
-                await self.discard()
-                raise StoreUnavailable(f"{self.role}: {_brief(exc)}") from exc
+            except Exception as exc:
+                translated = self._translated(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
+
+    def _translated(self, exc: Exception) -> Exception:
+        """The acta error for a driver error (the connection discarded when it is lost);
+        anything else (a bug in acta) unchanged."""
+        if connection_lost(exc):
+            self._drop()
+            return StoreUnavailable(f"{self.role}: {brief(exc)}")
+        if isinstance(exc, asyncpg.PostgresError):
+            state = getattr(exc, "sqlstate", None) or "XX000"
+            return StatementRefused(f"{self.role}: {brief(exc)}", state)
+        # Not the driver's error: keep it as it is, but do not trust a connection that was
+        # in the middle of a statement when it was raised.
+        self._drop()
+        return exc
+
+    def _drop(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
 
     async def close(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None and not conn.is_closed():
             try:
                 await asyncio.wait_for(conn.close(), timeout=2)
-            except (*_CONNECTION_ERRORS, asyncio.CancelledError):
+            except (Exception, asyncio.CancelledError):
                 conn.terminate()
-
-
-def _brief(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +254,7 @@ class WorkerStore:
             version,
             self.timings.heartbeat,
             app_name(self.admin_conn.role, ""),  # the statement appends the new id
+            self.timings.recovery_interval,
         )
         self.worker_id = int(rows[0]["id"])
         self._name(self.worker_id)
@@ -355,16 +328,11 @@ class WorkerStore:
 
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
-        write applied (the others' leases were lost, or an earlier try landed). A refusal
-        of the database raises ``StatementRefused`` (its sqlstate says whether the data
-        can never be stored)."""
+        write applied (the others' leases were lost, or an earlier try landed)."""
         core, features = complete.encode(batch)
-        try:
-            rows = await self.complete_conn.fetch(
-                self.sql.complete_executions, core, self.worker_id, features
-            )
-        except asyncpg.PostgresError as exc:
-            raise StatementRefused(str(exc), exc.sqlstate or "") from exc
+        rows = await self.complete_conn.fetch(
+            self.sql.complete_executions, core, self.worker_id, features
+        )
         return {r[0] for r in rows}
 
     # -------------------------------------------------------------- heartbeat and recovery
@@ -377,44 +345,34 @@ class WorkerStore:
         """ONE call: renew ``held`` (job, execution, started) triples and the ``locks``
         (name, job, execution) they hold, refresh the worker row, take the recovery pass
         if due, and read the definitions version."""
-        rows = await self.heartbeat_conn.fetch(
+        timings = self.timings
+        [r] = await self.heartbeat_conn.fetch(
             self.sql.heartbeat,
             self.namespace,
             [h[0] for h in held],
             [h[1] for h in held],
             [h[2] for h in held],
-            self.timings.lease,
+            timings.lease,
             self.worker_id,
-            self.timings.recovery_interval,
+            timings.recovery_interval,
             [lk[0] for lk in locks],
             [lk[1] for lk in locks],
             [lk[2] for lk in locks],
+            # Recovery intervals are counted in beats, so the statement can move the pass
+            # on by the shortest interval of any running worker of the namespace.
+            timings.recovery_interval / timings.heartbeat,
         )
-        renewed: set[tuple[int, int]] = set()
-        locks_renewed: set[tuple[str, int, int]] = set()
-        present: set[tuple[int, int]] = set()
-        cancel: set[int] = set()
-        version, recovery_due = 0, False
-        for r in rows:
-            what = r["what"]
-            if what == "renewed":
-                renewed.add((r["id"], r["execution_id"]))
-                if r["flag"]:
-                    cancel.add(r["id"])
-            elif what == "present":
-                present.add((r["id"], r["execution_id"]))
-            elif what == "lock":
-                locks_renewed.add((r["name"], r["id"], r["execution_id"]))
-            else:
-                version = int(r["id"] or 0)
-                recovery_due = bool(r["flag"])
+        renewed = frozenset(zip(r["renewed_ids"], r["renewed_execution_ids"], strict=True))
+        present = frozenset(zip(r["present_ids"], r["present_execution_ids"], strict=True))
         return HeartbeatReport(
-            renewed=frozenset(renewed),
-            busy=frozenset(present - renewed),
-            cancel_requested=frozenset(cancel),
-            definitions_version=version,
-            recovery_due=recovery_due,
-            locks_renewed=frozenset(locks_renewed),
+            renewed=renewed,
+            busy=present - renewed,
+            cancel_requested=frozenset(r["cancel_requested_ids"]),
+            definitions_version=int(r["definitions_version"] or 0),
+            recovery_due=bool(r["recovery_due"]),
+            locks_renewed=frozenset(
+                zip(r["lock_names"], r["lock_job_ids"], r["lock_execution_ids"], strict=True)
+            ),
         )
 
     async def take_lock(self, name: str, job_id: int, execution_id: int) -> bool:
@@ -467,107 +425,15 @@ class WorkerStore:
         """Fail with what to do when acta's tables are missing or behind this code."""
         head = SCHEMA_HEAD
         try:
-            found = await self.admin_conn.fetch(
-                f'SELECT version_num FROM "{self.sql.schema}".{SCHEMA_VERSION_TABLE}'
-            )
+            found = await self.admin_conn.fetch(self.sql.schema_revision)
             current = found[0][0] if found else None
-        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+        except StatementRefused as exc:
+            # 42P01 undefined_table, 3F000 invalid_schema_name: never migrated.
+            if exc.sqlstate not in ("42P01", "3F000"):
+                raise
             current = None
         if current != head:
             raise ConfigurationError(
                 f"acta's schema {self.sql.schema!r} is at revision {current or 'none'}, this "
                 f"code needs {head}: run `acta db upgrade` (or `alembic upgrade head`)"
             )
-
-
-class Listener:
-    """LISTEN on the namespace's channel, on its own connection, re-established after a
-    killed connection or a database restart; every notification (and every reconnect,
-    which may have missed some) calls ``on_notify``."""
-
-    def __init__(self, dsn: str, channel: str, on_notify: Callable[[], None]) -> None:
-        self.dsn = dsn
-        self.channel = channel
-        self.on_notify = on_notify
-        self.application_name = app_name("listen")
-        self.connected = asyncio.Event()
-        self._lost = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._conn: asyncpg.Connection | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="acta-listener")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            conn.terminate()
-
-    def _notified(self, *_: Any) -> None:
-        self.on_notify()
-
-    def _terminated(self, *_: Any) -> None:
-        self._lost.set()
-
-    async def _run(self) -> None:
-        delay = 0.5
-        log = logger.bind(stage="listener")
-        while True:
-            try:
-                conn = await asyncpg.connect(
-                    self.dsn,
-                    timeout=10,
-                    server_settings={"application_name": self.application_name},
-                )
-                self._lost.clear()
-                conn.add_termination_listener(self._terminated)
-                await conn.add_listener(self.channel, self._notified)
-                self._conn = conn
-            except Exception as exc:
-                self.connected.clear()
-                log.bind(event="listen_failed").warning(
-                    "cannot LISTEN, retrying in {:.1f}s: {}", delay, _brief(exc)
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            delay = 0.5
-            self.connected.set()
-            # Whatever was notified while we were not listening is picked up by one claim.
-            self.on_notify()
-            while not self._lost.is_set():
-                # A silently dead socket never reports termination: probe it now and then.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(5.0):
-                        await self._lost.wait()
-                if self._lost.is_set():
-                    break
-                try:
-                    await conn.execute("SELECT 1", timeout=5.0)
-                except Exception:
-                    break
-            self.connected.clear()
-            log.bind(event="listen_lost").warning("LISTEN connection lost; reconnecting")
-            conn.terminate()
-            self._conn = None
-
-
-def engine_options(schema: str) -> dict[str, Any]:
-    """Execution options that point acta's models at ``schema`` (ACTA_SCHEMA) when it is
-    not the default ``acta``: ``create_async_engine(url, execution_options=...)``."""
-    from .models import SCHEMA
-
-    return {} if schema == SCHEMA else {"schema_translate_map": {SCHEMA: schema}}
-
-
-def create_engine(url: str, schema: str) -> AsyncEngine:
-    """An async engine (asyncpg) for acta's own commands."""
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    return create_async_engine(async_url(url), execution_options=engine_options(schema))

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import asyncpg
 
 from .app import Acta
+from .database import asyncpg_dsn
+from .database import database_url as resolve_url
+from .queries import admin
 from .settings import ActaSettings, load_settings
-from .store import asyncpg_dsn
-from .store import database_url as resolve_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +58,6 @@ async def drain(
 async def _make_due(settings: ActaSettings, namespace: str) -> None:
     conn = await asyncpg.connect(asyncpg_dsn(resolve_url(settings)))
     try:
-        await conn.execute(
-            f'UPDATE "{settings.db_schema}".job SET run_at = now() '
-            "WHERE namespace = $1 AND status = 'ready' AND run_at > now()",
-            namespace,
-        )
+        await conn.execute(admin.make_due(settings.db_schema), namespace)
     finally:
         await conn.close()

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from .. import embedded, store
+from .. import database, embedded
 from ..settings import ActaSettings
 from ._common import load_cli_settings, on_database, run_cli, shown_url
 
@@ -63,7 +63,7 @@ def _database(
             f"{settings.data_dir.expanduser().resolve()}"
         )
     with on_database(where):
-        yield settings, store.database_url(settings), where
+        yield settings, database.database_url(settings), where
 
 
 def _label(revision: str | None) -> str:

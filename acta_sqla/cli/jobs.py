@@ -16,8 +16,6 @@ from .db import DatabaseUrl, _database
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from ..models import Execution, Job, Worker
-
 T = TypeVar("T")
 
 app = typer.Typer(name="jobs", no_args_is_help=True, help="List, show, cancel and retry jobs.")
@@ -30,7 +28,7 @@ Namespace = Annotated[
 def _run(database_url: str | None, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from ..store import create_engine
+    from ..database import create_engine
 
     with _database(database_url, None) as (settings, url, _where):
 
@@ -61,26 +59,20 @@ def ls(
     database_url: DatabaseUrl = None,
 ) -> None:
     """List jobs, newest first."""
-    from sqlalchemy import select
+    from .. import inspect
 
-    from ..models import Job
-
-    async def work(session: AsyncSession) -> list[Job]:
-        q = select(Job).order_by(Job.id.desc()).limit(limit)
-        q = q.where(Job.namespace == (namespace or _namespace()))
-        if status is not None:
-            q = q.where(Job.status == status)
-        if kind is not None:
-            q = q.where(Job.kind == kind)
-        return list((await session.scalars(q)).all())
-
-    jobs = _run(database_url, work)
+    page = _run(
+        database_url,
+        lambda session: inspect.list_jobs(
+            session, namespace=namespace or _namespace(), status=status, kind=kind, limit=limit
+        ),
+    )
     typer.echo(f"{'id':>8}  {'status':<10} {'kind':<24} {'attempts':>8}  {'run_at':<19}")
-    for j in jobs:
+    for j in page.jobs:
         typer.echo(
             f"{j.id:>8}  {j.status.value:<10} {j.kind[:24]:<24} {j.attempts:>8}  {_when(j.run_at)}"
         )
-    if not jobs:
+    if not page.jobs:
         typer.echo("(no jobs)")
 
 
@@ -91,20 +83,9 @@ def show(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Show one job and the history of its attempts."""
-    from sqlalchemy import select
+    from .. import inspect
 
-    from ..models import Execution, Job
-
-    async def work(session: AsyncSession) -> tuple[Job | None, list[Execution]]:
-        job = await session.get(Job, job_id)
-        history = await session.scalars(
-            select(Execution)
-            .where(Execution.job_id == job_id)
-            .order_by(Execution.finished_at, Execution.attempt)
-        )
-        return job, list(history.all())
-
-    job, history = _run(database_url, work)
+    job = _run(database_url, lambda session: inspect.job_detail(session, job_id))
     if job is None:
         fail(f"no job with id {job_id}", command="acta jobs show")
     for label, value in (
@@ -122,8 +103,8 @@ def show(
         ("finished_at", _when(job.finished_at)),
     ):
         typer.echo(f"{label:>12}: {value}")
-    typer.echo("attempts:" if history else "attempts: none recorded")
-    for e in history:
+    typer.echo("attempts:" if job.executions else "attempts: none recorded")
+    for e in job.executions:
         error = f"  {e.error_type}: {e.error_message}" if e.error_type else ""
         typer.echo(f"  #{e.attempt} {e.outcome:<11} finished {_when(e.finished_at)}{error}")
 
@@ -180,33 +161,21 @@ def _namespace() -> str:
 @run_cli
 def status(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     """Queue depth by status and kind, and the workers, of one namespace."""
-    from sqlalchemy import func, select
-
-    from ..models import Job, Worker
+    from .. import inspect
 
     ns = namespace or _namespace()
 
-    async def work(session: AsyncSession) -> tuple[list[Any], list[Worker]]:
-        depth = await session.execute(
-            select(Job.kind, Job.status, func.count())
-            .where(Job.namespace == ns)
-            .group_by(Job.kind, Job.status)
-            .order_by(Job.kind, Job.status)
-        )
-        workers = await session.scalars(
-            select(Worker).where(Worker.namespace == ns).order_by(Worker.id.desc()).limit(20)
-        )
-        return list(depth.all()), list(workers.all())
+    async def work(session: AsyncSession) -> tuple[Any, list[inspect.WorkerRow]]:
+        return await inspect.queue_depth(session, ns), await inspect.workers(session, ns)
 
-    depth, workers = _run(database_url, work)
+    table, workers = _run(database_url, work)
     typer.echo(f"namespace {ns!r}")
     statuses = [s.value for s in JobStatus]
     typer.echo(f"  {'kind':<24}" + "".join(f"{s:>11}" for s in statuses))
-    table: dict[str, dict[str, int]] = {}
-    for kind, st, n in depth:
-        table.setdefault(kind, {})[st.value] = n
     for kind, counts in table.items():
-        typer.echo(f"  {kind[:24]:<24}" + "".join(f"{counts.get(s, 0):>11}" for s in statuses))
+        typer.echo(
+            f"  {kind[:24]:<24}" + "".join(f"{counts.get(JobStatus(s), 0):>11}" for s in statuses)
+        )
     if not table:
         typer.echo("  (no jobs)")
     typer.echo("workers:")

@@ -92,6 +92,12 @@ async def run_worker(
             loop.remove_signal_handler(sig)
     if worker.crashed:
         raise WorkerCrashed("the worker stopped after an internal error (see the log above)")
+    if worker.stubborn:
+        # A handler that swallows its cancel would hang the event loop's own shutdown (which
+        # cancels and awaits every task) forever. The worker has flushed its completions,
+        # closed its connections and marked itself stopped: leave now; the stubborn rows
+        # come back through recovery when their lease runs out.
+        _exit_now(0)
 
 
 @run_cli
@@ -138,6 +144,10 @@ def _exit_past_stuck_threads() -> None:
     # A sync handler that ignores its timeout keeps its thread; the interpreter would join
     # it at exit and hang. The worker's work is done and flushed, so leave now.
     if any(t.is_alive() and t.name.startswith("acta-sync") for t in threading.enumerate()):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        _exit_now(0)
+
+
+def _exit_now(status: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -30,7 +30,8 @@ def store_definitions(schema: str) -> str:
 
 
 def load_definitions(schema: str) -> str:
-    """load_definitions"""
+    """The namespace's definitions version and every kind's declared and override policies
+    (one row with a null kind when the namespace has none)."""
     s = quote(schema)
     return f"""
         SELECT d.kind, d.declared::text, d.overrides::text, n.definitions_version

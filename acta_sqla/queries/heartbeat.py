@@ -11,9 +11,13 @@ from ._render import quote
 def heartbeat(schema: str) -> str:
     """The heartbeat: ONE statement renews the held (job, execution) pairs, records which
     attempts have started, refreshes the worker row, takes the namespace's recovery pass
-    when it is due (moving it one lease on), and reports the definitions version. Rows
-    locked by another transaction are skipped, not waited for: they show up as 'present'
-    without 'renewed' and keep their deadline for the next beat."""
+    when it is due, and reports the definitions version, as ONE row of named columns.
+    Rows locked by another transaction are skipped, not waited for: they show up among
+    the present pairs but not the renewed ones, and keep their deadline for the next beat.
+
+    Parameters: $1 namespace; $2, $3, $4 the held pairs and whether each has started; $5
+    the lease; $6 the worker; $7 this worker's recovery interval; $8, $9, $10 the held
+    named locks; $11 recovery intervals in beats (interval / heartbeat)."""
     s = quote(schema)
     return f"""
         WITH held AS (
@@ -47,7 +51,15 @@ def heartbeat(schema: str) -> str:
             RETURNING id
         ),
         recovery AS (
-            UPDATE {s}.namespace SET recovery_due_at = now() + make_interval(secs => $7)
+            -- The next pass is due after the SHORTEST recovery interval of the namespace's
+            -- running workers, not this worker's own: a 45 s worker taking the pass would
+            -- otherwise make 0.5 s workers wait 180 s to recover a crashed peer's rows,
+            -- whose 2 s leases ran out long before (issue 10, item 6). A registering
+            -- worker pulls a later due time in to its own interval (register_worker).
+            UPDATE {s}.namespace SET recovery_due_at = now() + make_interval(secs => least(
+                $7,
+                (SELECT min(w.heartbeat_seconds) * $11 FROM {s}.worker w
+                 WHERE w.namespace = $1 AND w.status = 'running')))
             WHERE name = $1 AND recovery_due_at <= now()
             RETURNING name
         ),
@@ -62,15 +74,18 @@ def heartbeat(schema: str) -> str:
               AND k.job_id = l.job_id AND k.execution_id = l.execution_id
             RETURNING k.name, k.job_id, k.execution_id
         )
-        SELECT 'renewed' AS what, id, execution_id, cancel_requested AS flag,
-               NULL::text AS name FROM renewed
-        UNION ALL
-        SELECT 'present', id, execution_id, NULL, NULL FROM present
-        UNION ALL
-        SELECT 'lock', job_id, execution_id, NULL, name FROM locks_renewed
-        UNION ALL
-        SELECT 'namespace',
-               (SELECT definitions_version FROM {s}.namespace WHERE name = $1),
-               (SELECT count(*) FROM beat),
-               EXISTS (SELECT 1 FROM recovery),
-               NULL"""
+        -- Parallel arrays, each ordered by its set's key so that they pair up.
+        SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
+               ARRAY(SELECT execution_id FROM renewed ORDER BY id) AS renewed_execution_ids,
+               ARRAY(SELECT id FROM renewed WHERE cancel_requested ORDER BY id)
+                   AS cancel_requested_ids,
+               ARRAY(SELECT id FROM present ORDER BY id) AS present_ids,
+               ARRAY(SELECT execution_id FROM present ORDER BY id) AS present_execution_ids,
+               ARRAY(SELECT name FROM locks_renewed ORDER BY name) AS lock_names,
+               ARRAY(SELECT job_id FROM locks_renewed ORDER BY name) AS lock_job_ids,
+               ARRAY(SELECT execution_id FROM locks_renewed ORDER BY name)
+                   AS lock_execution_ids,
+               (SELECT definitions_version FROM {s}.namespace WHERE name = $1)
+                   AS definitions_version,
+               EXISTS (SELECT 1 FROM recovery) AS recovery_due,
+               EXISTS (SELECT 1 FROM beat) AS worker_found"""

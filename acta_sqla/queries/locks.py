@@ -27,7 +27,8 @@ def take_lock(schema: str) -> str:
 
 
 def release_lock(schema: str) -> str:
-    """release_lock"""
+    """Release a named lock, fenced by its holder's (job, execution): a stale release
+    matches nothing."""
     s = quote(schema)
     return f"""
         DELETE FROM {s}.lock

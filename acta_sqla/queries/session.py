@@ -26,9 +26,10 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import attributes
 
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
+from ._render import ACTIVE
 
 _ACTIVE = [s.value for s in ACTIVE_STATUSES]
-_UNIQUE_WHERE = text("unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting')")
+_UNIQUE_WHERE = text(f"unique_key IS NOT NULL AND status IN {ACTIVE}")
 
 # ---------------------------------------------------------------------------- enqueue
 
@@ -71,6 +72,7 @@ def insert_unique_job(values: dict[str, Any]) -> Any:
 
 
 def select_unique_holder(namespace: str, unique_key: str) -> Select[tuple[Job]]:
+    """The non-terminal job holding ``unique_key`` in ``namespace`` (enqueue returns it)."""
     return select(Job).where(
         Job.namespace == namespace,
         Job.unique_key == unique_key,
@@ -191,6 +193,7 @@ def request_cancel(job_id: int) -> Any:
 
 
 def job_status(job_id: int) -> Any:
+    """One job's status (cancel tells a finished job from a missing one)."""
     return select(Job.status).where(Job.id == job_id)
 
 

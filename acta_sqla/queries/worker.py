@@ -8,14 +8,19 @@ the statement itself. No SQLAlchemy here: a worker process never needs to load i
 
 from __future__ import annotations
 
+from ..settings import SCHEMA_VERSION_TABLE
 from . import claim, complete, definitions, heartbeat, locks, recovery, workers
 
 
 class WorkerSQL:
     """The worker's statements, rendered once for one schema (asyncpg ``$n`` parameters)."""
 
+    set_application_name = workers.set_application_name()
+    """The same for every schema (it names the connection)."""
+
     def __init__(self, schema: str) -> None:
         self.schema = schema
+        self.schema_revision = workers.schema_revision(schema, SCHEMA_VERSION_TABLE)
         self.claim_jobs = claim.claim_jobs(schema)
         self.next_due_in = claim.next_due_in(schema)
         self.complete_executions = complete.complete_executions(schema)

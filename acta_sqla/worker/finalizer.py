@@ -215,11 +215,9 @@ class Finalizer:
                 applied = await self.store.complete_executions(batch)
                 break
             except StatementRefused as exc:
-                if exc.data_unwritable:
+                if _is_data_error(exc):
                     applied = await self._write_apart(batch, exc)
                     break
-                # Any other refusal (a revoked privilege, an internal error, a lock or
-                # serialization failure) may pass: the write repeats until it lands.
                 error: Exception = exc
             except Exception as exc:
                 error = exc
@@ -269,7 +267,7 @@ class Finalizer:
             try:
                 applied |= await self.store.complete_executions([c])
             except StatementRefused as one:
-                if not one.data_unwritable:
+                if not _is_data_error(one):
                     raise
                 applied |= await self._write_apart([c], one)
         return applied
@@ -288,3 +286,11 @@ class Finalizer:
         self.batches += 1
         if self.on_written is not None:
             self.on_written(batch, applied, seconds)
+
+
+def _is_data_error(exc: StatementRefused) -> bool:
+    """True only when the error proves the data itself unwritable (class 22 or 54): any
+    other refusal (a revoked privilege 42501, an internal error XX000, a lock timeout) may
+    pass, so the write repeats like a lost connection instead of failing jobs whose
+    handlers succeeded (the seed: "the write repeats until it lands")."""
+    return exc.data_unwritable

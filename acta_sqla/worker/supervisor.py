@@ -22,7 +22,9 @@ from loguru import logger
 
 from .. import metrics
 from ..app import Acta
-from ..errors import ConfigurationError
+from ..database import database_url
+from ..errors import ConfigurationError, StoreUnavailable
+from ..listener import Listener
 from ..policy import Policy
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
@@ -30,7 +32,7 @@ from ..settings import (
     ActaSettings,
     load_settings,
 )
-from ..store import Listener, StoreUnavailable, WorkerStore, app_name, database_url
+from ..store import WorkerStore, app_name
 from ..values import Completion, Outcome
 from .claimer import Claimer
 from .clock import Clock
@@ -45,6 +47,8 @@ log = logger.bind(stage="worker")
 
 FORCED_STOP_SECONDS = 10.0
 """After handlers are cancelled at shutdown, how long to wait for them to end."""
+STUBBORN_WAIT_SECONDS = 1.0
+"""Once a handler is known to ignore its cancel, how long the other executors get to end."""
 FLUSH_SECONDS = 30.0
 """How long the last completions may keep failing to write before the worker gives up on
 them (their rows then come back through recovery)."""
@@ -97,6 +101,8 @@ class Worker:
         self._background: set[asyncio.Task[Any]] = set()
         self._recovering = False
         self.crashed = False
+        self.stubborn: list[Entry] = []
+        """Attempts whose handlers ignored their cancel at shutdown (left to their lease)."""
         self._pool = ThreadPoolExecutor(
             max_workers=self.executors_count, thread_name_prefix="acta-sync"
         )
@@ -267,7 +273,10 @@ class Worker:
         if self._executing():
             self._interrupt_all()
             await self._wait_executing(FORCED_STOP_SECONDS)
-        await self.executors.stop(FORCED_STOP_SECONDS)
+        self.stubborn = self._report_stubborn()
+        # An executor whose handler swallowed its cancel never reads the None: don't wait
+        # for it again (its row is left to its lease; the CLI exits past its task).
+        await self.executors.stop(STUBBORN_WAIT_SECONDS if self.stubborn else FORCED_STOP_SECONDS)
         await self.finalizer.stop(FLUSH_SECONDS)
         await self.heartbeat.stop()
         await self.listener.stop()
@@ -310,6 +319,24 @@ class Worker:
             if self._force.is_set():
                 return
             await self.clock.wait(self._force, min(0.05, max(0.0, deadline - self.clock.now())))
+
+    def _report_stubborn(self) -> list[Entry]:
+        """Attempts still running after they were cancelled: their handlers swallow
+        cancellation. Each is named in the log and left to its lease (recovery takes the
+        row back once the lease runs out), so that one bad handler cannot keep the worker
+        from exiting."""
+        stubborn = [e for e in self.registry if e.state is EntryState.EXECUTING]
+        for entry in stubborn:
+            log.bind(
+                event="handler_ignored_cancel", job_id=entry.job.id, kind=entry.job.kind
+            ).error(
+                "job {} ({}): the handler ignored its cancellation and is still running; "
+                "exiting without it (its row comes back through recovery when the lease runs "
+                "out)",
+                entry.job.id,
+                entry.job.kind,
+            )
+        return stubborn
 
     def _interrupt_all(self) -> None:
         now = self.clock.now()

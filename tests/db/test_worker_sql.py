@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from acta_sqla.database import asyncpg_dsn
 from acta_sqla.errors import StatementRefused
 from acta_sqla.policy import Policy
 from acta_sqla.queries import complete
 from acta_sqla.settings import Timings
 from acta_sqla.status import JobStatus
-from acta_sqla.store import WorkerStore, asyncpg_dsn
+from acta_sqla.store import WorkerStore
 from acta_sqla.values import Completion, ExpiredLease, Outcome
 from acta_sqla.worker import completions
 from acta_sqla.worker.completions import handback
@@ -400,6 +401,7 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
                 [],
                 [],
                 [],
+                4.0,
             ),
         ),
     ]:

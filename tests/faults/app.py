@@ -71,3 +71,14 @@ async def exits_worker(ctx: Context) -> None:
     """Takes its worker down at once, as a segfaulting C extension would."""
     record("start", ctx)
     os._exit(3)
+
+
+@acta.job(timeout=120)
+async def ignores_cancel(ctx: Context) -> None:
+    """Swallows every cancellation (a common asyncio mistake: ``except BaseException``)."""
+    record("start", ctx)
+    while True:
+        try:
+            await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            record("cancel", ctx)

@@ -17,8 +17,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from acta_sqla.database import asyncpg_dsn
+from acta_sqla.errors import StoreUnavailable
 from acta_sqla.settings import BATCH_MAX_COMPLETIONS, ActaSettings, load_settings
-from acta_sqla.store import StoreUnavailable, asyncpg_dsn
 from acta_sqla.testing import drain
 from acta_sqla.values import Completion
 from acta_sqla.worker import Worker

@@ -10,7 +10,14 @@ import pytest
 from pydantic import ValidationError
 
 from acta_sqla import ActaSettings, ConfigurationError
-from acta_sqla.settings import Timings, default_executors, load_settings
+from acta_sqla import settings as settings_module
+from acta_sqla.settings import (
+    Timings,
+    available_cpus,
+    cgroup_cpu_limit,
+    default_executors,
+    load_settings,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -123,9 +130,42 @@ def test_empty_database_url_means_the_embedded_default(monkeypatch: pytest.Monke
 def test_default_executors_are_4_per_core_clamped_to_8_64(
     monkeypatch: pytest.MonkeyPatch, cores: int, expected: int
 ) -> None:
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(settings_module, "available_cpus", lambda: cores)
     assert default_executors() == expected
     assert load_settings().executors == expected
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "200000 100000\n"}, 2.0),
+        ({"cpu.max": "150000 100000\n"}, 1.5),
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_cgroup_cpu_quota_is_read_from_v2_then_v1(
+    tmp_path: Path, files: dict[str, str], expected: float | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpu_limit(tmp_path) == expected
+
+
+def test_a_container_quota_caps_the_cores_the_executors_count_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A pod limited to 2 CPUs on a 32-core node: 8 executors, not 64.
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 32, raising=False)
+    (tmp_path / "cpu.max").write_text("200000 100000\n")
+    assert available_cpus(tmp_path) == 2
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert available_cpus(tmp_path) == 2  # a fraction of a core still needs a loop of its own
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert available_cpus(tmp_path) == 32
 
 
 def test_derived_timings_are_not_settable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,10 +88,23 @@ async def test_empty_claim_sleeps_until_next_due_within_floor_and_poll() -> None
     assert 0.05 <= clock.waits[-1] <= 0.15  # the 50 ms floor
     store.next_due = None
     await claimer.run_once()
-    assert clock.waits[-1] == 1.0  # nothing waiting: the safety poll
+    assert 0.9 <= clock.waits[-1] <= 1.0  # nothing waiting: the safety poll, jittered down
     store.next_due = 30.0
     await claimer.run_once()
-    assert clock.waits[-1] == 1.0  # never longer than the safety poll
+    assert 0.9 <= clock.waits[-1] <= 1.0  # never longer than the safety poll
+
+
+async def test_idle_workers_do_not_sleep_in_lockstep() -> None:
+    # With nothing due, every idle worker used to sleep exactly 1.0 s (the jitter was cut
+    # away by the cap), so idle workers claimed in lockstep.
+    clock = FakeClock()
+    store, _r, _p, _c, claimer = make(4, clock)
+    store.next_due = None
+    for _ in range(50):
+        await claimer.run_once()
+    assert all(0.9 <= w <= 1.0 for w in clock.waits)
+    assert max(clock.waits) - min(clock.waits) > 0.05
+    assert len(set(clock.waits)) > 40
 
 
 async def test_wake_ends_the_idle_sleep() -> None:
@@ -115,7 +128,7 @@ async def test_failed_claim_backs_off_a_full_second_and_returns_permits() -> Non
     claimer.wake()  # a pending wake-up must not shorten the back-off
     assert await claimer.run_once() == 0
     assert permits.free == 8
-    assert clock.waits == [1.0]
+    assert clock.waits == [1.0]  # the back-off is a full second, not jittered
 
 
 async def test_claimed_entries_carry_the_attempt_deadline_from_the_claim_start() -> None:

@@ -147,7 +147,8 @@ async def test_a_completion_the_database_refuses_does_not_block_the_others() -> 
     class Refusing(FakeStore):
         async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
             if any(c.result_json == "poison" for c in batch):
-                raise StatementRefused("unsupported Unicode escape sequence", "22P05")
+                # What the store raises for asyncpg's UntranslatableCharacterError.
+                raise StatementRefused("unsupported escape", "22P05")
             return await super().complete_executions(batch)
 
     fin.store = refusing = Refusing()

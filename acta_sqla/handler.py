@@ -1,0 +1,292 @@
+"""Handler: one registered job function, its args model, and the jobs it builds.
+
+``handler.job(**args, **options)`` builds one ``Job`` (an ORM object to ``session.add``);
+``handler.jobs([...], **options)`` validates thousands in one pass into a :class:`JobBatch`
+for ``acta.enqueue_many``. Both take their options through ``policy.job_options`` and their
+args through ``payload``: one validation, the same answer on either path.
+
+No SQLAlchemy at import: the worker imports this module to load args.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+
+from . import payload
+from .errors import ConfigurationError, InvalidJob, InvalidJobArgs
+from .policy import JOB_OPTIONS, Policy, check_templates, job_options, render_key
+from .settings import MAX_ARGS_BYTES
+
+if TYPE_CHECKING:
+    from .app import Acta
+    from .models import Job
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Rows = dict[str, list[Any]]
+"""Jobs as parallel column arrays, the form the bulk INSERT takes."""
+
+_PER_JOB_KEYS = frozenset({"unique_key", "lane", "concurrency_key"})
+
+
+def _describe(exc: ValidationError, kind: str, batch: bool = False) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        where = f"job {loc.pop(0)}: " if batch and loc else ""
+        field = ".".join(str(p) for p in loc) or "args"
+        if err["type"] == "missing":
+            parts.append(f"{where}missing required argument {field!r}")
+        elif err["type"] == "extra_forbidden":
+            parts.append(f"{where}unexpected argument {field!r}")
+        else:
+            parts.append(f"{where}argument {field!r}={err.get('input')!r}: {err['msg']}")
+    return f"{kind}: " + "; ".join(parts)
+
+
+def _args_model(fn: Callable[..., Any], kind: str) -> tuple[type[BaseModel], tuple[str, ...]]:
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise ConfigurationError(
+            f"handler {kind!r} must take the job's Context as its first positional parameter, "
+            f"e.g. `async def {fn.__name__}(ctx: Context, ...)`"
+        )
+    fields: dict[str, Any] = {}
+    extra = "forbid"
+    names = []
+    hints = inspect.get_annotations(fn, eval_str=True)
+    for p in params[1:]:
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            extra = "allow"
+            continue
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+            raise ConfigurationError(
+                f"handler {kind!r}: parameter {p.name!r} must be passable by keyword "
+                "(job args are a dict of keyword arguments)"
+            )
+        if p.name in JOB_OPTIONS:
+            raise ConfigurationError(
+                f"handler {kind!r}: parameter {p.name!r} has the name of a job option "
+                f"({', '.join(sorted(JOB_OPTIONS))}); rename it"
+            )
+        annotation = hints.get(p.name, Any)
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (annotation, default)
+        names.append(p.name)
+    model = create_model(  # type: ignore[call-overload]
+        f"{kind}_args",
+        # "constants": a NaN or an infinity is written as such (then refused by payload's
+        # checks) instead of pydantic's default, a silent null.
+        __config__=ConfigDict(
+            extra=extra, arbitrary_types_allowed=True, ser_json_inf_nan="constants"
+        ),
+        **fields,
+    )
+    return model, tuple(names)
+
+
+class Handler(Generic[P, R]):
+    """A registered job handler. Call ``.job(**args)`` to get a ``Job`` to ``session.add``."""
+
+    def __init__(self, acta: Acta, fn: Callable[..., Any], kind: str, policy: Policy) -> None:
+        self.acta = acta
+        self.fn = fn
+        self.kind = kind
+        self.policy = policy
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.args_model, self.arg_names = _args_model(fn, kind)
+        check_templates(
+            policy, kind, self.arg_names, self.args_model.model_config.get("extra") == "allow"
+        )
+        self._list_adapter: TypeAdapter[list[BaseModel]] = TypeAdapter(list[self.args_model])  # type: ignore[name-defined]
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", kind)
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Handler {self.kind!r}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (as in a unit test), bypassing the queue."""
+        return self.fn(*args, **kwargs)
+
+    def _dump(self, model: BaseModel, raw: Any, where: str) -> dict[str, Any]:
+        """A validated model's args as JSON values; a value pydantic validated but cannot
+        write is explained from the raw input, as on every path."""
+        try:
+            return model.model_dump(mode="json", exclude_unset=True)
+        except Exception as exc:
+            payload.explain(self.kind, raw, where, types=False)
+            raise InvalidJobArgs(
+                f"{self.kind}: {where}args cannot be stored as JSON: {exc}"
+            ) from None
+
+    def _validated(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            model = self.args_model.model_validate(args)
+        except ValidationError as exc:
+            raise InvalidJobArgs(_describe(exc, self.kind)) from None
+        return self._dump(model, args, "")
+
+    def validate_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Validate ``args`` against the signature; return their JSON form as stored."""
+        dumped = self._validated(args)
+        payload.args_json(self.kind, dumped)
+        return dumped
+
+    def load_args(self, stored: str) -> dict[str, Any]:
+        """Turn stored JSON args (the text) back into the handler's keyword arguments."""
+        model = self.args_model.model_validate_json(stored)
+        loaded = {name: getattr(model, name) for name in self.arg_names}
+        if model.model_extra:
+            loaded.update(model.model_extra)
+        return loaded
+
+    def job(self, **kwargs: Any) -> Job:
+        """A ``Job`` for these args, validated now; per-job options (``delay``, ``run_at``,
+        ``priority``, ``max_attempts``, ``unique_key``, ``lane``, ``concurrency_key``,
+        ``parent``) may be given beside the args."""
+        from .models import Job
+
+        options = job_options(
+            self.kind, {k: kwargs.pop(k) for k in list(kwargs) if k in JOB_OPTIONS}
+        )
+        args = self._validated(kwargs)  # Job() runs payload's checks on them
+        policy = self.policy
+        fields: dict[str, Any] = {"namespace": self.acta.namespace}
+        fields["priority"] = options.get("priority", policy.priority)
+        if options.get("max_attempts") is not None:
+            fields["max_attempts"] = options["max_attempts"]
+        for column, option, template in (
+            ("unique_key", "unique_key", policy.unique_key),
+            ("lane_key", "lane", policy.lane),
+            ("concurrency_key", "concurrency_key", policy.concurrency_key),
+        ):
+            value = options.get(option)
+            fields[column] = (
+                value if value is not None else render_key(template, args, option, self.kind)
+            )
+        if policy.rate is not None:
+            fields["rate_key"] = (
+                render_key(policy.rate_key, args, "rate_key", self.kind) or self.kind
+            )
+        if options.get("parent") is not None:
+            fields["parent_id"] = options["parent"]
+        if "run_at" in options:
+            fields["run_at"] = options["run_at"]
+        return Job(kind=self.kind, args=args, delay=options.get("delay"), **fields)
+
+    def jobs(self, args: Iterable[Mapping[str, Any]], **options: Any) -> JobBatch:
+        """Many jobs of this kind, validated in one pass, for ``acta.enqueue_many``: the fast
+        way to enqueue thousands (no ORM object per job). ``options`` (``delay``,
+        ``run_at``, ``priority``, ``max_attempts``, ``parent``) apply to every job; key
+        templates of the kind's policy are rendered per job."""
+        per_job = _PER_JOB_KEYS & set(options)
+        if per_job:
+            raise InvalidJob(
+                f"{self.kind}.jobs(): {sorted(per_job)} differ per job; give them as key "
+                "templates in @acta.job(...) or enqueue Job objects instead"
+            )
+        parsed = job_options(self.kind, options)
+        items = list(args)
+        try:
+            models = self._list_adapter.validate_python(items)
+        except ValidationError as exc:
+            raise InvalidJobArgs(_describe(exc, self.kind, batch=True)) from None
+        encoded = []
+        for i, model in enumerate(models):
+            try:
+                text = model.model_dump_json(exclude_unset=True)
+            except Exception as exc:
+                payload.explain(self.kind, items[i], f"job {i}: ", types=False)
+                raise InvalidJobArgs(
+                    f"{self.kind}: job {i}: args cannot be stored as JSON: {exc}"
+                ) from None
+            # A clean job costs three substring scans here (see payload.suspect); one that
+            # is suspect, or may pass the size limit, takes the single job's checks.
+            if len(text) * 4 > MAX_ARGS_BYTES or payload.suspect(text, encoded_by_pydantic=True):
+                where = f"job {i}: "
+                payload.check_text(
+                    self.kind, text, lambda m=model, r=items[i], w=where: self._dump(m, r, w), where
+                )
+            encoded.append(text)
+        policy = self.policy
+        dumped: list[dict[str, Any]] | None = None
+        if policy.unique_key or policy.lane or policy.concurrency_key or policy.rate:
+            dumped = [json.loads(text) for text in encoded]
+
+        def keys(template: str | None, what: str) -> list[str | None] | None:
+            if template is None or dumped is None:
+                return None
+            return [render_key(template, d, what, self.kind) for d in dumped]
+
+        return JobBatch(
+            namespace=self.acta.namespace,
+            kind=self.kind,
+            args_json=encoded,
+            priority=parsed.get("priority", policy.priority),
+            run_at=parsed.get("run_at"),
+            delay=parsed.get("delay"),
+            max_attempts=parsed.get("max_attempts"),
+            parent_id=parsed.get("parent"),
+            unique_keys=keys(policy.unique_key, "unique_key"),
+            lane_keys=keys(policy.lane, "lane"),
+            concurrency_keys=keys(policy.concurrency_key, "concurrency_key"),
+            rate_keys=(
+                keys(policy.rate_key, "rate_key") or [self.kind] * len(encoded)
+                if policy.rate
+                else None
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobBatch:
+    """Many jobs of one kind, validated and encoded, ready for ``acta.enqueue_many``."""
+
+    namespace: str
+    kind: str
+    args_json: list[str]
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | None = None
+    max_attempts: int | None = None
+    parent_id: int | None = None
+    unique_keys: list[str | None] | None = None
+    lane_keys: list[str | None] | None = None
+    concurrency_keys: list[str | None] | None = None
+    rate_keys: list[str | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.args_json)
+
+    def rows(self) -> Rows:
+        n = len(self.args_json)
+        none: list[Any] = [None] * n
+        return {
+            "namespace": [self.namespace] * n,
+            "kind": [self.kind] * n,
+            "args": self.args_json,
+            "priority": [self.priority] * n,
+            "run_at": [self.run_at.isoformat() if self.run_at else None] * n,
+            "delay": [self.delay] * n,
+            "max_attempts": [self.max_attempts] * n,
+            "concurrency_key": self.concurrency_keys or none,
+            "rate_key": self.rate_keys or none,
+            "lane_key": self.lane_keys or none,
+            "unique_key": self.unique_keys or none,
+            "parent_id": [self.parent_id] * n,
+            "ord": list(range(1, n + 1)),
+        }

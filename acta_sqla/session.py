@@ -1,0 +1,156 @@
+"""What an application does in its own session: enqueue, enqueue many, cancel, retry.
+
+Each function takes the application's synchronous ``Session`` (``Acta``'s async methods run
+them through ``AsyncSession.run_sync``) and runs the named builders of
+``queries.session``; they add to the caller's transaction and never commit. SQLAlchemy is
+imported lazily: a worker imports ``acta_sqla.app`` without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .errors import InvalidJob
+from .handler import JobBatch, Rows
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from .models import Job
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What ``enqueue_many`` did with one job: its id, and whether it was inserted or an
+    existing job holding its unique key was returned."""
+
+    id: int
+    inserted: bool
+
+
+CancelOutcome = Literal["cancelled", "requested", "finished", "missing"]
+
+
+def rows(jobs: Sequence[Job] | JobBatch) -> Rows:
+    """Jobs as the bulk INSERT's column arrays (a ``JobBatch`` is already encoded)."""
+    if isinstance(jobs, JobBatch):
+        return jobs.rows()
+    from . import queries
+
+    return queries.bulk_params(jobs)
+
+
+def enqueue(session: Session, job: Job) -> Job:
+    """Add ``job``; when a non-terminal job holds its unique key, return that one instead."""
+    if job.unique_key is None:
+        session.add(job)
+        return job
+    from . import queries
+
+    while True:
+        values = queries.job_insert_values(job)
+        inserted = session.scalars(queries.insert_unique_job(values)).one_or_none()
+        if inserted is not None:
+            return inserted
+        existing = session.scalars(
+            queries.select_unique_holder(job.namespace, job.unique_key)
+        ).one_or_none()
+        if existing is not None:
+            return existing
+        # The holder reached a terminal state between the two statements: insert again.
+
+
+def _take(rows: Rows, indexes: Sequence[int]) -> Rows:
+    taken = {name: [column[i] for i in indexes] for name, column in rows.items() if name != "ord"}
+    taken["ord"] = list(range(1, len(indexes) + 1))
+    return taken
+
+
+def insert_bulk(session: Session, rows: Rows) -> list[int | None]:
+    """Insert ``rows``; the new id of each, or None where its unique key was held."""
+    from . import queries
+
+    inserted = session.execute(queries.insert_jobs_bulk(), rows).all()
+    ids = iter(sorted(job_id for job_id, _ in inserted))
+    won = {key for _, key in inserted if key is not None}
+    out: list[int | None] = []
+    taken: set[tuple[str, str]] = set()
+    for namespace, key in zip(rows["namespace"], rows["unique_key"], strict=True):
+        if key is None:
+            out.append(next(ids))
+        elif key in won and (namespace, key) not in taken:
+            # Within a batch the first row with a key wins; the ids grow in input order.
+            taken.add((namespace, key))
+            out.append(next(ids))
+        else:
+            out.append(None)
+    return out
+
+
+def enqueue_many(session: Session, rows: Rows) -> list[EnqueueResult]:
+    """Insert ``rows`` in one statement; per job, its id and whether it was inserted (a
+    held unique key gives the holder's id)."""
+    from . import queries
+
+    count = len(rows["kind"])
+    if count == 0:
+        return []
+    keyed = [i for i, key in enumerate(rows["unique_key"]) if key is not None]
+    if len({rows["namespace"][i] for i in keyed}) > 1:
+        raise InvalidJob("enqueue_many takes unique-key jobs of one namespace per call")
+    results: list[EnqueueResult | None] = [
+        None if job_id is None else EnqueueResult(job_id, True)
+        for job_id in insert_bulk(session, rows)
+    ]
+    while keyed:
+        pending: dict[tuple[str, str], list[int]] = {}
+        for i in keyed:
+            pending.setdefault((rows["namespace"][i], rows["unique_key"][i]), []).append(i)
+        unresolved = {
+            pair: indexes
+            for pair, indexes in pending.items()
+            if any(results[i] is None for i in indexes)
+        }
+        if not unresolved:
+            break
+        holders = {
+            (ns, key): job_id
+            for job_id, ns, key in session.execute(
+                queries.select_unique_holders(), queries.unique_holders_params(list(unresolved))
+            )
+        }
+        orphans: list[int] = []
+        for pair, indexes in unresolved.items():
+            holder = holders.get(pair)
+            if holder is None:
+                orphans.append(indexes[0])
+                continue
+            for i in indexes:
+                if results[i] is None:
+                    results[i] = EnqueueResult(holder, False)
+        if orphans:
+            # Their holders ended between the two statements: insert the first claimant.
+            for i, job_id in zip(orphans, insert_bulk(session, _take(rows, orphans)), strict=True):
+                if job_id is not None:
+                    results[i] = EnqueueResult(job_id, True)
+    return [r for r in results if r is not None]
+
+
+def cancel(session: Session, job_id: int) -> CancelOutcome:
+    """A ready or waiting job ends ``cancelled`` at once; an executing one is asked to stop."""
+    from . import queries
+
+    if session.execute(queries.cancel_waiting(job_id)).first() is not None:
+        return "cancelled"
+    if session.execute(queries.request_cancel(job_id)).first() is not None:
+        return "requested"
+    return "finished" if session.execute(queries.job_status(job_id)).first() else "missing"
+
+
+def retry(session: Session, job_id: int) -> bool:
+    """A finished job goes back to ``ready`` now with a fresh budget; False otherwise."""
+    from . import queries
+
+    return session.execute(queries.retry_job(job_id)).first() is not None

@@ -1,0 +1,671 @@
+-- Every statement acta sends, as rendered (tests/unit/test_sql_catalogue.py).
+-- Regenerate after an intended change: ACTA_UPDATE_SQL_SNAPSHOT=1 pytest tests/unit/test_sql_catalogue.py
+
+-- claim.claim_jobs: Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order,
+--   moves each to 'executing', counts the attempt, and mints its execution id (the fencing token).
+--   SKIP LOCKED: two claimers never take the same row, and never wait for each other.
+WITH picked AS (
+    SELECT id FROM "acta".job
+    WHERE namespace = $1 AND status = 'ready' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE "acta".job AS j SET
+        status = 'executing',
+        attempts = j.attempts + 1,
+        execution_id = (((extract(epoch FROM pg_postmaster_start_time())::bigint % 8388608) << 40) | (nextval('acta.execution_id_seq') % 1099511627776)),
+        worker_id = $3,
+        claimed_at = now(),
+        started_at = NULL,
+        lease_expires_at = now() + make_interval(secs => $4)
+    -- By primary key whatever the plan: a generic plan (which cannot see that
+    -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+              j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
+)
+-- In claim order (the executors take them so); columns in ClaimedJob's order.
+SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
+       concurrency_key, rate_key, lane_key, parent_id, signals
+FROM claimed ORDER BY priority, run_at, id;
+
+-- claim.next_due_in: Seconds until the next ready row of namespace $1 is due (None: none is
+--   waiting).
+SELECT extract(epoch FROM min(run_at) - now())::float8
+FROM "acta".job WHERE namespace = $1 AND status = 'ready';
+
+-- complete.complete_executions: complete_executions: ONE statement writes every completion of a
+--   batch, whatever its shape (see the module's parts). Guard: (job, execution) and status
+--   'executing'.
+WITH c AS (
+    SELECT (e->>0)::bigint AS job_id,
+           (e->>1)::bigint AS execution_id,
+           (e->>2)::text AS outcome,
+           (e->>3)::text AS status,
+           (e->>4)::int AS attempt,
+           (e->>5)::float8 AS delay,
+           (e->>6)::bool AS refund,
+           (e->>7)::text AS result_json,
+           (e->>8)::text AS error_type,
+           (e->>9)::text AS error_message,
+           (e->>10)::text AS traceback,
+           (e->>11)::float8 AS ran_seconds,
+           (e->>12)::bool AS record,
+           (e->>13)::bool AS cancel_wins,
+           (e->>14)::bool AS keep_last_error,
+           (e->>15)::bigint AS ran_by
+    FROM jsonb_array_elements($1::jsonb) AS e
+),
+f AS (SELECT key::bigint AS job_id, value AS features FROM jsonb_each($3::jsonb)),
+done AS (
+    UPDATE "acta".job AS j SET
+        -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
+        -- the row's cancel_requested is only known here.
+        status = CASE WHEN c.cancel_wins AND j.cancel_requested
+                      THEN 'cancelled' ELSE c.status END,
+        attempts = CASE WHEN c.refund THEN j.attempts - 1 ELSE j.attempts END,
+        run_at = CASE WHEN c.status = 'ready'
+                      THEN now() + make_interval(secs => c.delay)
+                      ELSE j.run_at END,
+        result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
+                      ELSE j.result END,
+        last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
+                          THEN j.last_error
+                          ELSE jsonb_build_object('type', c.error_type,
+                                                  'message', c.error_message) END,
+        finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
+                             OR (c.cancel_wins AND j.cancel_requested)
+                           THEN now() END,
+        worker_id = NULL,
+        lease_expires_at = NULL
+    FROM c
+    -- Each row is looked up by primary key (id = ANY of the batch's ids): the
+    -- planner must never scan the executing set, whose statistics are stale
+    -- and whose index entries grow dead with every drained row.
+    WHERE j.id = ANY (ARRAY(SELECT c.job_id FROM c))
+      AND j.id = c.job_id AND j.execution_id = c.execution_id
+      AND j.status = 'executing'
+    RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
+              c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
+              c.record, c.ran_by
+),
+history AS (
+    INSERT INTO "acta".execution AS e (id, job_id, attempt, worker_id, claimed_at,
+        started_at, finished_at, outcome, error_type, error_message, traceback)
+    SELECT d.execution_id, d.id, d.attempt, coalesce(d.ran_by, $2), d.claimed_at,
+           CASE WHEN d.ran_seconds IS NULL THEN d.started_at
+                ELSE now() - make_interval(secs => d.ran_seconds) END,
+           now(), d.outcome, d.error_type, d.error_message, d.traceback
+    FROM done AS d
+    WHERE d.record
+)
+SELECT id, status FROM done;
+
+-- heartbeat.heartbeat: The heartbeat: ONE statement renews the held (job, execution) pairs, records
+--   which attempts have started, refreshes the worker row, takes the namespace's recovery pass when
+--   it is due, and reports the definitions version, as ONE row of named columns. Rows locked by
+--   another transaction are skipped, not waited for: they show up among the present pairs but not
+--   the renewed ones, and keep their deadline for the next beat.
+WITH held AS (
+    SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::bool[])
+        AS h(job_id, execution_id, started)
+),
+lockable AS (
+    -- id = ANY($2): by primary key whatever the statistics say of 'executing'.
+    SELECT j.id FROM "acta".job j
+    JOIN held h ON j.id = h.job_id AND j.execution_id = h.execution_id
+    WHERE j.id = ANY ($2::bigint[]) AND j.status = 'executing'
+    FOR UPDATE OF j SKIP LOCKED
+),
+renewed AS (
+    UPDATE "acta".job AS j SET
+        lease_expires_at = now() + make_interval(secs => $5),
+        started_at = CASE WHEN h.started THEN coalesce(j.started_at, now())
+                          ELSE j.started_at END
+    FROM lockable, held h
+    WHERE j.id = lockable.id AND h.job_id = j.id
+    RETURNING j.id, j.execution_id, j.cancel_requested
+),
+present AS (
+    SELECT j.id, j.execution_id FROM "acta".job j
+    JOIN held h ON j.id = h.job_id AND j.execution_id = h.execution_id
+    WHERE j.id = ANY ($2::bigint[]) AND j.status = 'executing'
+),
+beat AS (
+    UPDATE "acta".worker SET heartbeat_at = now(), status = 'running'
+    WHERE id = $6
+    RETURNING id
+),
+recovery AS (
+    -- The next pass is due after the SHORTEST recovery interval of the namespace's
+    -- running workers, not this worker's own: a 45 s worker taking the pass would
+    -- otherwise make 0.5 s workers wait 180 s to recover a crashed peer's rows,
+    -- whose 2 s leases ran out long before (issue 10, item 6). A registering
+    -- worker pulls a later due time in to its own interval (register_worker).
+    UPDATE "acta".namespace SET recovery_due_at = now() + make_interval(secs => least(
+        $7,
+        (SELECT min(w.heartbeat_seconds) * $11 FROM "acta".worker w
+         WHERE w.namespace = $1 AND w.status = 'running')))
+    WHERE name = $1 AND recovery_due_at <= now()
+    RETURNING name
+),
+lock_holds AS (
+    SELECT * FROM unnest($8::text[], $9::bigint[], $10::bigint[])
+        AS l(name, job_id, execution_id)
+),
+locks_renewed AS (
+    UPDATE "acta".lock AS k SET lease_expires_at = now() + make_interval(secs => $5)
+    FROM lock_holds l
+    WHERE k.namespace = $1 AND k.name = l.name
+      AND k.job_id = l.job_id AND k.execution_id = l.execution_id
+    RETURNING k.name, k.job_id, k.execution_id
+)
+-- Parallel arrays, each ordered by its set's key so that they pair up.
+SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
+       ARRAY(SELECT execution_id FROM renewed ORDER BY id) AS renewed_execution_ids,
+       ARRAY(SELECT id FROM renewed WHERE cancel_requested ORDER BY id)
+           AS cancel_requested_ids,
+       ARRAY(SELECT id FROM present ORDER BY id) AS present_ids,
+       ARRAY(SELECT execution_id FROM present ORDER BY id) AS present_execution_ids,
+       ARRAY(SELECT name FROM locks_renewed ORDER BY name) AS lock_names,
+       ARRAY(SELECT job_id FROM locks_renewed ORDER BY name) AS lock_job_ids,
+       ARRAY(SELECT execution_id FROM locks_renewed ORDER BY name)
+           AS lock_execution_ids,
+       (SELECT definitions_version FROM "acta".namespace WHERE name = $1)
+           AS definitions_version,
+       EXISTS (SELECT 1 FROM recovery) AS recovery_due,
+       EXISTS (SELECT 1 FROM beat) AS worker_found;
+
+-- recovery.finish_expired: Recovery, step 1b: the completions Python built for the expired rows,
+--   applied by the same parts as complete_executions (so the same terminal effects follow). Guard:
+--   the fenced finish's (job, execution, 'executing'), plus the lease still expired, so a row
+--   renewed since step 1a (its worker was only slow) is left alone.
+WITH c AS (
+    SELECT (e->>0)::bigint AS job_id,
+           (e->>1)::bigint AS execution_id,
+           (e->>2)::text AS outcome,
+           (e->>3)::text AS status,
+           (e->>4)::int AS attempt,
+           (e->>5)::float8 AS delay,
+           (e->>6)::bool AS refund,
+           (e->>7)::text AS result_json,
+           (e->>8)::text AS error_type,
+           (e->>9)::text AS error_message,
+           (e->>10)::text AS traceback,
+           (e->>11)::float8 AS ran_seconds,
+           (e->>12)::bool AS record,
+           (e->>13)::bool AS cancel_wins,
+           (e->>14)::bool AS keep_last_error,
+           (e->>15)::bigint AS ran_by
+    FROM jsonb_array_elements($1::jsonb) AS e
+),
+f AS (SELECT key::bigint AS job_id, value AS features FROM jsonb_each($3::jsonb)),
+done AS (
+    UPDATE "acta".job AS j SET
+        -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
+        -- the row's cancel_requested is only known here.
+        status = CASE WHEN c.cancel_wins AND j.cancel_requested
+                      THEN 'cancelled' ELSE c.status END,
+        attempts = CASE WHEN c.refund THEN j.attempts - 1 ELSE j.attempts END,
+        run_at = CASE WHEN c.status = 'ready'
+                      THEN now() + make_interval(secs => c.delay)
+                      ELSE j.run_at END,
+        result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
+                      ELSE j.result END,
+        last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
+                          THEN j.last_error
+                          ELSE jsonb_build_object('type', c.error_type,
+                                                  'message', c.error_message) END,
+        finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
+                             OR (c.cancel_wins AND j.cancel_requested)
+                           THEN now() END,
+        worker_id = NULL,
+        lease_expires_at = NULL
+    FROM c
+    -- Each row is looked up by primary key (id = ANY of the batch's ids): the
+    -- planner must never scan the executing set, whose statistics are stale
+    -- and whose index entries grow dead with every drained row.
+    WHERE j.id = ANY (ARRAY(SELECT c.job_id FROM c))
+      AND j.id = c.job_id AND j.execution_id = c.execution_id
+      AND j.status = 'executing' AND (j.lease_expires_at < now()) IS TRUE
+    RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
+              c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
+              c.record, c.ran_by
+),
+history AS (
+    INSERT INTO "acta".execution AS e (id, job_id, attempt, worker_id, claimed_at,
+        started_at, finished_at, outcome, error_type, error_message, traceback)
+    SELECT d.execution_id, d.id, d.attempt, coalesce(d.ran_by, $2), d.claimed_at,
+           CASE WHEN d.ran_seconds IS NULL THEN d.started_at
+                ELSE now() - make_interval(secs => d.ran_seconds) END,
+           now(), d.outcome, d.error_type, d.error_message, d.traceback
+    FROM done AS d
+    WHERE d.record
+)
+SELECT id, status FROM done;
+
+-- recovery.mark_dead_workers: Recovery, step 2: workers silent for 7 of their own beats are dead
+--   (each row keeps its worker's interval: a namespace may mix settings); their locks and
+--   concurrency slots are freed.
+WITH dead AS (
+    UPDATE "acta".worker SET status = 'dead', stopped_at = now()
+    WHERE namespace = $1 AND status = 'running'
+      AND heartbeat_at < now() - make_interval(secs => $2 * heartbeat_seconds)
+    RETURNING id
+),
+locks AS (
+    DELETE FROM "acta".lock WHERE worker_id IN (SELECT id FROM dead) RETURNING 1
+),
+slots AS (
+    DELETE FROM "acta".concurrency_slot WHERE worker_id IN (SELECT id FROM dead)
+    RETURNING 1
+)
+SELECT id FROM dead;
+
+-- recovery.prune_finished: Recovery, step 3: finished jobs past their kind's retention, one bounded
+--   chunk.
+WITH doomed AS (
+    SELECT j.id FROM "acta".job j
+    LEFT JOIN "acta".definition d ON d.namespace = j.namespace AND d.kind = j.kind
+    CROSS JOIN LATERAL (
+        SELECT coalesce(d.overrides -> 'retention', d.declared -> 'retention') AS eff
+    ) r
+    WHERE j.namespace = $1
+      AND j.status IN ('succeeded', 'failed', 'cancelled')
+      -- retention null keeps a kind's jobs forever; absent means the default $3
+      AND j.finished_at < now() - make_interval(secs => CASE
+            WHEN r.eff IS NULL THEN $3
+            WHEN jsonb_typeof(r.eff) = 'number' THEN r.eff::float8
+          END)
+    ORDER BY j.finished_at
+    LIMIT $2
+    FOR UPDATE OF j SKIP LOCKED
+),
+gone AS (
+    DELETE FROM "acta".job WHERE id IN (SELECT id FROM doomed) RETURNING id
+),
+history AS (
+    DELETE FROM "acta".execution WHERE job_id IN (SELECT id FROM gone) RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- recovery.select_expired: Recovery, step 1a: up to $2 rows of namespace $1 whose lease ran out,
+--   oldest first, with what Python needs to decide their completion (``ExpiredLease``'s columns, in
+--   its order): attempts, the budget inputs, whether the attempt is known to have started, and
+--   whether the job was already lost unstarted before. SKIP LOCKED: a row its worker is writing
+--   right now is left to that write. No decision here: ``worker/completions.py`` makes it, and
+--   :func:`finish_expired` applies it.
+SELECT j.id, j.execution_id, j.attempts, j.max_attempts,
+       (d.overrides->>'max_attempts')::int AS override_max_attempts,
+       (d.declared->>'max_attempts')::int AS declared_max_attempts,
+       j.started_at IS NOT NULL AS started,
+       EXISTS (
+           SELECT 1 FROM "acta".execution e
+           WHERE e.job_id = j.id AND e.outcome = 'lost'
+             AND e.started_at IS NULL
+       ) AS lost_unstarted_before,
+       j.worker_id
+FROM "acta".job j
+LEFT JOIN "acta".definition d ON d.namespace = j.namespace AND d.kind = j.kind
+WHERE j.namespace = $1 AND j.status = 'executing' AND j.lease_expires_at < now()
+ORDER BY j.lease_expires_at
+LIMIT $2
+FOR UPDATE OF j SKIP LOCKED;
+
+-- locks.release_lock: Release a named lock, fenced by its holder's (job, execution): a stale
+--   release matches nothing.
+DELETE FROM "acta".lock
+WHERE namespace = $1 AND name = $2 AND job_id = $3 AND execution_id = $4;
+
+-- locks.take_lock: Named locks. Take: a free name, an expired hold, or one this execution holds
+--   already. Fenced by the holder's (job, execution) pair, so a release or renewal by a stale
+--   attempt matches nothing.
+INSERT INTO "acta".lock AS k (namespace, name, job_id, execution_id, worker_id,
+                           lease_expires_at)
+VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+ON CONFLICT (namespace, name) DO UPDATE SET
+    job_id = excluded.job_id, execution_id = excluded.execution_id,
+    worker_id = excluded.worker_id, acquired_at = now(),
+    lease_expires_at = excluded.lease_expires_at
+WHERE k.lease_expires_at < now()
+   OR (k.job_id = excluded.job_id AND k.execution_id = excluded.execution_id)
+RETURNING 1;
+
+-- definitions.load_definitions: The namespace's definitions version and every kind's declared and
+--   override policies (one row with a null kind when the namespace has none).
+SELECT d.kind, d.declared::text, d.overrides::text, n.definitions_version
+FROM "acta".namespace n LEFT JOIN "acta".definition d ON d.namespace = n.name
+WHERE n.name = $1;
+
+-- definitions.store_definitions: Store the code's declared policies; a change moves the namespace's
+--   definitions version so that every worker reloads within one heartbeat.
+WITH d AS (
+    SELECT * FROM unnest($2::text[], $3::text[]) AS d(kind, declared)
+),
+up AS (
+    INSERT INTO "acta".definition AS def (namespace, kind, declared)
+    SELECT $1, d.kind, d.declared::jsonb FROM d
+    ON CONFLICT (namespace, kind) DO UPDATE
+        SET declared = excluded.declared, updated_at = now()
+        WHERE def.declared IS DISTINCT FROM excluded.declared
+    RETURNING 1
+)
+UPDATE "acta".namespace SET definitions_version = definitions_version + 1
+WHERE name = $1 AND EXISTS (SELECT 1 FROM up)
+RETURNING definitions_version;
+
+-- workers.register_worker: Register: the namespace (if new) and the worker row in one statement,
+--   and the admin connection named after the new id, so that every connection of a worker can be
+--   found in pg_stat_activity. A namespace whose next recovery pass is due later than this worker's
+--   own recovery interval ($9) is pulled in to it: a worker with a long heartbeat may have taken
+--   the last pass alone, and this one's shorter leases must not wait for the long interval (issue
+--   10, item 6).
+WITH ns AS (
+    INSERT INTO "acta".namespace (name) VALUES ($1) ON CONFLICT (name) DO NOTHING
+),
+pull_in AS (
+    UPDATE "acta".namespace SET recovery_due_at = now() + make_interval(secs => $9)
+    WHERE name = $1 AND recovery_due_at > now() + make_interval(secs => $9)
+),
+w AS (
+    INSERT INTO "acta".worker (namespace, hostname, pid, status, executors, kinds,
+                            version, heartbeat_seconds)
+    VALUES ($1, $2, $3, 'running', $4, $5::jsonb, $6, $7)
+    RETURNING id
+)
+SELECT id, set_config('application_name', $8 || id, false) AS application_name
+FROM w;
+
+-- workers.schema_revision: The Alembic revision acta's schema is at (one row; fails if never
+--   migrated).
+SELECT version_num FROM "acta".alembic_version;
+
+-- workers.set_application_name: Rename this connection ($1): it was opened before the worker's id
+--   was known.
+SELECT set_config('application_name', $1, false);
+
+-- workers.stop_worker: Mark worker $1 stopped at its clean shutdown (recovery then never calls it
+--   dead).
+UPDATE "acta".worker SET status = 'stopped', stopped_at = now()
+WHERE id = $1 AND status <> 'stopped';
+
+-- admin.create_schema: Create acta's schema if it is missing (the migrations' first step).
+CREATE SCHEMA IF NOT EXISTS "acta";
+
+-- admin.make_due: Make every ready job of namespace $1 that is scheduled for later due now
+--   (``testing.drain(include_scheduled=True)``).
+UPDATE "acta".job SET run_at = now() WHERE namespace = $1 AND status = 'ready' AND run_at > now();
+
+-- admin.version_table_exists: True once acta's migrations have run in ``schema`` (its version table
+--   exists).
+SELECT to_regclass('"acta".alembic_version') IS NOT NULL;
+
+-- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once.
+UPDATE acta.job SET status=%(status)s, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+
+-- session.insert_jobs_bulk: INSERT a batch of jobs from parallel arrays in one statement, in input
+--   order.
+INSERT INTO acta.job (namespace, kind, args, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, parent_id, status, attempts, pending_children, cancel_requested, created_at) SELECT src.namespace, src.kind, CAST(src.args AS JSONB) AS args, src.priority, coalesce(CAST(src.run_at AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(src.delay, %(coalesce_2)s))) AS coalesce_1, src.max_attempts, src.concurrency_key, src.rate_key, src.lane_key, src.unique_key, src.parent_id, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, now() AS now_1
+FROM (SELECT unnest(%(namespace)s::TEXT[]) AS namespace, unnest(%(kind)s::TEXT[]) AS kind, unnest(%(args)s::TEXT[]) AS args, unnest(%(priority)s::SMALLINT[]) AS priority, unnest(%(run_at)s::TEXT[]) AS run_at, unnest(%(delay)s::DOUBLE PRECISION[]) AS delay, unnest(%(max_attempts)s::INTEGER[]) AS max_attempts, unnest(%(concurrency_key)s::TEXT[]) AS concurrency_key, unnest(%(rate_key)s::TEXT[]) AS rate_key, unnest(%(lane_key)s::TEXT[]) AS lane_key, unnest(%(unique_key)s::TEXT[]) AS unique_key, unnest(%(parent_id)s::BIGINT[]) AS parent_id, unnest(%(ord)s::INTEGER[]) AS ord) AS src ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
+
+-- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
+--   RETURNING the new Job.
+INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.created_at, acta.job.finished_at;
+
+-- session.job_status: One job's status (cancel tells a finished job from a missing one).
+SELECT acta.job.status
+FROM acta.job
+WHERE acta.job.id = %(id_1)s::BIGINT;
+
+-- session.request_cancel: An executing job is asked to stop: its worker's next heartbeat cancels
+--   the handler.
+UPDATE acta.job SET cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
+
+-- session.retry_job: An operator's retry: a finished job goes back to 'ready' now with a fresh
+--   budget. The only way out of a terminal state.
+UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+
+-- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
+--   (enqueue returns it).
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.created_at, acta.job.finished_at
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(unique_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
+
+-- session.select_unique_holders: (id, namespace, unique_key) of the non-terminal jobs holding any
+--   of the given keys.
+SELECT acta.job.id, acta.job.namespace, acta.job.unique_key
+FROM acta.job JOIN (SELECT unnest(%(namespaces)s::TEXT[]) AS namespace, unnest(%(keys)s::TEXT[]) AS unique_key) AS pairs ON acta.job.namespace = pairs.namespace AND acta.job.unique_key = pairs.unique_key AND acta.job.status IN (__[POSTCOMPILE_status_1]);
+
+-- inspect.job_detail: One job in full.
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.cancel_requested
+FROM acta.job
+WHERE acta.job.id = %(id_1)s::BIGINT;
+
+-- inspect.job_executions: One job's recorded attempts, in the order they ended.
+SELECT acta.execution.id, acta.execution.attempt, acta.execution.outcome, acta.execution.worker_id, acta.execution.claimed_at, acta.execution.started_at, acta.execution.finished_at, acta.execution.error_type, acta.execution.error_message
+FROM acta.execution
+WHERE acta.execution.job_id = %(job_id_1)s::BIGINT ORDER BY acta.execution.finished_at, acta.execution.attempt;
+
+-- inspect.list_jobs: One page of jobs, newest first, filtered; keyset pagination: the next page
+--   starts below the last id shown (``before_id``), so a page costs the same however deep.
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT ORDER BY acta.job.id DESC
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.list_workers: The namespace's newest ``limit`` worker rows (running, stopped or dead).
+SELECT acta.worker.id, acta.worker.status, acta.worker.hostname, acta.worker.pid, acta.worker.executors, acta.worker.heartbeat_seconds, acta.worker.started_at, acta.worker.heartbeat_at, acta.worker.stopped_at
+FROM acta.worker
+WHERE acta.worker.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.worker.id DESC
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.queue_depth: (kind, status, count) of the namespace's jobs, by kind then status.
+SELECT acta.job.kind, acta.job.status, count(*) AS count_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
+
+-- demo.count_executions: Attempts recorded for the namespace's jobs.
+SELECT count(*) AS count_1
+FROM acta.execution JOIN acta.job ON acta.job.id = acta.execution.job_id
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR;
+
+-- demo.count_finished: The namespace's jobs in a terminal state.
+SELECT count(*) AS count_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
+
+-- demo.count_jobs_of_user: Jobs whose args name ``user_id`` (the rolled-back sign-up must have
+--   none).
+SELECT count(*) AS count_1
+FROM acta.job
+WHERE CAST((acta.job.args ->> %(args_1)s::TEXT) AS INTEGER) = %(param_1)s::INTEGER;
+
+-- demo.delete_namespace_history: Delete the namespace's execution rows (before its jobs: the demo
+--   starts empty).
+DELETE FROM acta.execution WHERE acta.execution.job_id IN (SELECT acta.job.id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR);
+
+-- demo.delete_namespace_jobs: Delete every job of the namespace.
+DELETE FROM acta.job WHERE acta.job.namespace = %(namespace_1)s::VARCHAR;
+
+-- demo.last_error_of_kind: The last error of the namespace's job of ``kind``.
+SELECT acta.job.last_error
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR;
+
+-- demo.outcome_by_kind: (kind, status, count, average attempts) of the namespace's jobs.
+SELECT acta.job.kind, acta.job.status, count(*) AS count_1, avg(acta.job.attempts) AS avg_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind;
+
+-- demo.result_of_kind: The result of the namespace's job of ``kind``.
+SELECT acta.job.result
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR;
+
+-- ddl.sequence.execution_id_seq
+CREATE SEQUENCE acta.execution_id_seq;
+
+-- ddl.table.concurrency_slot
+CREATE TABLE acta.concurrency_slot (
+	namespace TEXT NOT NULL,
+	key TEXT NOT NULL,
+	job_id BIGINT NOT NULL,
+	execution_id BIGINT NOT NULL,
+	worker_id BIGINT,
+	acquired_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	CONSTRAINT concurrency_slot_pkey PRIMARY KEY (namespace, key, job_id)
+);
+
+-- ddl.table.execution
+CREATE TABLE acta.execution (
+	job_id BIGINT NOT NULL,
+	id BIGINT NOT NULL,
+	attempt INTEGER NOT NULL,
+	worker_id BIGINT,
+	claimed_at TIMESTAMP WITH TIME ZONE,
+	started_at TIMESTAMP WITH TIME ZONE,
+	finished_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	outcome TEXT NOT NULL,
+	error_type TEXT,
+	error_message TEXT,
+	traceback TEXT,
+	CONSTRAINT execution_pkey PRIMARY KEY (job_id, id)
+);
+
+-- ddl.table.job
+CREATE TABLE acta.job (
+	id BIGINT GENERATED BY DEFAULT AS IDENTITY,
+	namespace TEXT DEFAULT 'default' NOT NULL,
+	kind TEXT NOT NULL,
+	args JSONB DEFAULT '{}' NOT NULL,
+	status VARCHAR(16) DEFAULT 'ready' NOT NULL,
+	priority SMALLINT DEFAULT '0' NOT NULL,
+	run_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	attempts INTEGER DEFAULT '0' NOT NULL,
+	max_attempts INTEGER,
+	execution_id BIGINT,
+	worker_id BIGINT,
+	claimed_at TIMESTAMP WITH TIME ZONE,
+	started_at TIMESTAMP WITH TIME ZONE,
+	lease_expires_at TIMESTAMP WITH TIME ZONE,
+	concurrency_key TEXT,
+	rate_key TEXT,
+	lane_key TEXT,
+	unique_key TEXT,
+	parent_id BIGINT,
+	pending_children INTEGER DEFAULT '0' NOT NULL,
+	awaited_signal TEXT,
+	signals JSONB,
+	result JSONB,
+	last_error JSONB,
+	cancel_requested BOOLEAN DEFAULT 'false' NOT NULL,
+	created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	finished_at TIMESTAMP WITH TIME ZONE,
+	CONSTRAINT job_pkey PRIMARY KEY (id),
+	CONSTRAINT job_status_check CHECK (status IN ('ready', 'executing', 'waiting', 'succeeded', 'failed', 'cancelled'))
+);
+
+-- ddl.index.job_claim_idx
+CREATE INDEX job_claim_idx ON acta.job (namespace, priority, run_at, id) WHERE status = 'ready';
+
+-- ddl.index.job_due_idx
+CREATE INDEX job_due_idx ON acta.job (namespace, run_at) WHERE status = 'ready';
+
+-- ddl.index.job_finished_idx
+CREATE INDEX job_finished_idx ON acta.job (namespace, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
+
+-- ddl.index.job_lease_idx
+CREATE INDEX job_lease_idx ON acta.job (namespace, lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+
+-- ddl.index.job_parent_idx
+CREATE INDEX job_parent_idx ON acta.job (parent_id) WHERE parent_id IS NOT NULL;
+
+-- ddl.index.job_unique_key_idx
+CREATE UNIQUE INDEX job_unique_key_idx ON acta.job (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');
+
+-- ddl.table.lock
+CREATE TABLE acta.lock (
+	namespace TEXT NOT NULL,
+	name TEXT NOT NULL,
+	job_id BIGINT NOT NULL,
+	execution_id BIGINT NOT NULL,
+	worker_id BIGINT,
+	acquired_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	lease_expires_at TIMESTAMP WITH TIME ZONE NOT NULL,
+	CONSTRAINT lock_pkey PRIMARY KEY (namespace, name)
+);
+
+-- ddl.table.namespace
+CREATE TABLE acta.namespace (
+	name TEXT NOT NULL,
+	definitions_version BIGINT DEFAULT '0' NOT NULL,
+	recovery_due_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	CONSTRAINT namespace_pkey PRIMARY KEY (name)
+);
+
+-- ddl.table.rate_meter
+CREATE TABLE acta.rate_meter (
+	namespace TEXT NOT NULL,
+	key TEXT NOT NULL,
+	tokens DOUBLE PRECISION NOT NULL,
+	updated_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	CONSTRAINT rate_meter_pkey PRIMARY KEY (namespace, key)
+);
+
+-- ddl.table.schedule
+CREATE TABLE acta.schedule (
+	id BIGINT GENERATED BY DEFAULT AS IDENTITY,
+	namespace TEXT NOT NULL,
+	name TEXT NOT NULL,
+	cron TEXT NOT NULL,
+	timezone TEXT DEFAULT 'UTC' NOT NULL,
+	kind TEXT NOT NULL,
+	args JSONB DEFAULT '{}' NOT NULL,
+	missed TEXT DEFAULT 'once' NOT NULL,
+	enabled BOOLEAN DEFAULT 'true' NOT NULL,
+	next_fire_at TIMESTAMP WITH TIME ZONE,
+	last_fired_at TIMESTAMP WITH TIME ZONE,
+	created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	CONSTRAINT schedule_pkey PRIMARY KEY (id)
+);
+
+-- ddl.index.schedule_namespace_name_key
+CREATE UNIQUE INDEX schedule_namespace_name_key ON acta.schedule (namespace, name);
+
+-- ddl.table.worker
+CREATE TABLE acta.worker (
+	id BIGINT GENERATED BY DEFAULT AS IDENTITY,
+	namespace TEXT NOT NULL,
+	hostname TEXT NOT NULL,
+	pid INTEGER NOT NULL,
+	status VARCHAR(16) NOT NULL,
+	executors INTEGER NOT NULL,
+	heartbeat_seconds DOUBLE PRECISION DEFAULT '45' NOT NULL,
+	kinds JSONB DEFAULT '[]' NOT NULL,
+	version TEXT DEFAULT '' NOT NULL,
+	started_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	heartbeat_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	stopped_at TIMESTAMP WITH TIME ZONE,
+	CONSTRAINT worker_pkey PRIMARY KEY (id),
+	CONSTRAINT worker_status_check CHECK (status IN ('running', 'stopped', 'dead'))
+);
+
+-- ddl.index.worker_live_idx
+CREATE INDEX worker_live_idx ON acta.worker (namespace) WHERE status = 'running';
+
+-- ddl.table.definition
+CREATE TABLE acta.definition (
+	namespace TEXT NOT NULL,
+	kind TEXT NOT NULL,
+	declared JSONB DEFAULT '{}' NOT NULL,
+	overrides JSONB DEFAULT '{}' NOT NULL,
+	updated_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	CONSTRAINT definition_pkey PRIMARY KEY (namespace, kind),
+	CONSTRAINT definition_namespace_fkey FOREIGN KEY(namespace) REFERENCES acta.namespace (name) ON DELETE CASCADE
+);
