@@ -204,20 +204,27 @@ class Finalizer:
 
     async def write(self, batch: list[Completion]) -> set[int]:
         """One ``complete_executions`` call for the whole batch, repeated until it lands."""
-        tries = 0
         started = self.clock.now()
         # The batch usually fills as the executors finish a claim's rows, which is also
         # when the claimer asks for the next ones: let it send first (one loop turn), as
         # the claim is what the executors wait for and this write is not.
         await asyncio.sleep(0)
+        applied = await self._land(batch)
+        self._settle(batch, applied, self.clock.now() - started)
+        return applied
+
+    async def _land(self, batch: list[Completion], fallback: bool = False) -> set[int]:
+        """Write ``batch`` until it lands: every error repeats (1 s -> 30 s, +-25 %) except
+        one that proves the data unwritable, which splits the batch (``_write_apart``). The
+        single writes of a split repeat the same way, so a transient error while writing
+        apart (a lock timeout, a lost connection) delays them instead of ending the stage."""
+        tries = 0
         while True:
             try:
-                applied = await self.store.complete_executions(batch)
-                break
+                return await self.store.complete_executions(batch)
             except StatementRefused as exc:
                 if _is_data_error(exc):
-                    applied = await self._write_apart(batch, exc)
-                    break
+                    return await self._write_apart(batch, exc, fallback)
                 error: Exception = exc
             except Exception as exc:
                 error = exc
@@ -229,8 +236,7 @@ class Finalizer:
                     len(batch),
                     error,
                 )
-                applied = set()
-                break
+                return set()
             delay = repeat_delay(tries, self.rng)
             level = "WARNING" if tries <= WRITE_REPEAT_WARNINGS else "ERROR"
             log.bind(event="completion_write_failed", tries=tries).log(
@@ -242,35 +248,35 @@ class Finalizer:
                 error,
             )
             await self.clock.sleep(delay)
-        self._settle(batch, applied, self.clock.now() - started)
-        return applied
 
-    async def _write_apart(self, batch: list[Completion], exc: Exception) -> set[int]:
+    async def _write_apart(
+        self, batch: list[Completion], exc: StatementRefused, fallback: bool
+    ) -> set[int]:
         """A statement the database refused for its data (never for the connection): write
         each completion alone, and one that still fails becomes a plain failure without
         its result, so one poison completion cannot block the rest."""
-        if len(batch) == 1:
-            c = batch[0]
+        if len(batch) > 1:
+            applied: set[int] = set()
+            for c in batch:
+                applied |= await self._land([c])
+            return applied
+        c = batch[0]
+        if fallback:
+            # Even the plain failure (no result, a short error text) cannot be stored: the
+            # row is left to its lease, and recovery charges the attempt.
             log.bind(event="completion_refused", job_id=c.job_id).error(
-                "the database refused job {}'s completion ({}); recording it as failed",
+                "job {}: even the fallback completion was refused ({}); its row comes back "
+                "through recovery",
                 c.job_id,
                 exc,
             )
-            fallback = completions.refused(c, str(exc))
-            try:
-                return await self.store.complete_executions([fallback])
-            except Exception as again:
-                log.error("job {}: even the fallback completion failed: {}", c.job_id, again)
-                return set()
-        applied: set[int] = set()
-        for c in batch:
-            try:
-                applied |= await self.store.complete_executions([c])
-            except StatementRefused as one:
-                if not _is_data_error(one):
-                    raise
-                applied |= await self._write_apart([c], one)
-        return applied
+            return set()
+        log.bind(event="completion_refused", job_id=c.job_id).error(
+            "the database refused job {}'s completion ({}); recording it as failed",
+            c.job_id,
+            exc,
+        )
+        return await self._land([completions.refused(c, str(exc))], fallback=True)
 
     def _settle(self, batch: Sequence[Completion], applied: set[int], seconds: float) -> None:
         lost = [c for c in batch if c.job_id not in applied] if len(applied) < len(batch) else []

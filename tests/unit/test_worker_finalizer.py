@@ -160,6 +160,44 @@ async def test_a_completion_the_database_refuses_does_not_block_the_others() -> 
     assert written[1].status == written[3].status == "succeeded"
 
 
+async def test_a_transient_error_while_writing_apart_repeats_instead_of_ending_the_stage() -> None:
+    # Splitting a refused batch writes each completion alone; a lock timeout or a lost
+    # connection during those single writes used to escape write() and end the finalizer
+    # (and with it the worker).
+    clock = FakeClock()
+    store, queue, fin, registry = make(clock)
+    transient = [
+        StatementRefused("canceling statement due to lock timeout", "55P03"),
+        ConnectionError("connection reset"),
+    ]
+
+    class Refusing(FakeStore):
+        async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
+            if any(c.result_json == "poison" for c in batch):
+                raise StatementRefused("unsupported escape", "22P05")
+            if len(batch) == 1 and batch[0].job_id == 3 and transient:
+                raise transient.pop(0)
+            return await super().complete_executions(batch)
+
+    fin.store = refusing = Refusing()
+    applied = await fin.write([done(1), done(2, "poison"), done(3)])
+    assert applied == {1, 2, 3}
+    assert not transient and len(clock.sleeps) == 2  # both repeated, with the back-off
+    written = {c.job_id: c.status for b in refusing.batches for c in b}
+    assert written == {1: "succeeded", 2: "failed", 3: "succeeded"}
+
+
+async def test_a_refused_fallback_is_left_to_its_lease_not_repeated_forever() -> None:
+    store, queue, fin, registry = make()
+
+    class RefusingAll(FakeStore):
+        async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
+            raise StatementRefused("value too long", "54000")
+
+    fin.store = RefusingAll()
+    assert await fin.write([done(1, "poison")]) == set()
+
+
 @pytest.mark.parametrize("backlog", [0, 5])
 async def test_the_run_loop_writes_every_completion_once(backlog: int) -> None:
     store, queue, fin, _ = make()
