@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
@@ -25,8 +25,15 @@ from .policy import JOB_OPTIONS, Policy, check_templates, job_options, render_ke
 from .settings import MAX_ARGS_BYTES
 
 if TYPE_CHECKING:
-    from .app import Acta
     from .models import Job
+
+
+class Registrar(Protocol):
+    """What a handler needs of the ``Acta`` that registered it (no import of app.py: the
+    app depends on its handlers, not the other way round)."""
+
+    namespace: str
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,7 +107,7 @@ def _args_model(fn: Callable[..., Any], kind: str) -> tuple[type[BaseModel], tup
 class Handler(Generic[P, R]):
     """A registered job handler. Call ``.job(**args)`` to get a ``Job`` to ``session.add``."""
 
-    def __init__(self, acta: Acta, fn: Callable[..., Any], kind: str, policy: Policy) -> None:
+    def __init__(self, acta: Registrar, fn: Callable[..., Any], kind: str, policy: Policy) -> None:
         self.acta = acta
         self.fn = fn
         self.kind = kind
