@@ -603,10 +603,9 @@ async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:
         if len(ids) >= BATCH:
             break
     done = await _apply(session, op, ids)
-    log.info("{} {} {} from {}: {} of {} done", op, what, ctx.namespace, _client(ctx), done, len(ids))
-    return ctx.render(
-        "done.html", summary=f"{op.capitalize()}: {done:,} of {len(ids):,} {what}.", back=back
-    )
+    log.info("{} {} in {} from {}: {} of {}", op, what, ctx.namespace, _client(ctx), done, len(ids))
+    summary = f"{op.capitalize()}: {done:,} of {len(ids):,} {what}."
+    return ctx.render("done.html", summary=summary, back=back)
 
 
 async def _apply(session: AsyncSession, op: str, ids: list[int]) -> int:
@@ -644,9 +643,8 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
     ids = await inspect.failed_ids(session, ctx.namespace, error_type, WINDOWS[window], BATCH)
     done = await _apply(session, "retry" if op == "retry" else "delete", ids)
     log.info("{} failure group {!r} ({}) from {}: {} jobs", op, label, window, _client(ctx), done)
-    return ctx.render(
-        "done.html", summary=f"{op.capitalize()}: {done:,} jobs that failed with {label}.", back=back
-    )
+    summary = f"{op.capitalize()}: {done:,} jobs that failed with {label}."
+    return ctx.render("done.html", summary=summary, back=back)
 
 
 # ---------------------------------------------------------------------------- login
