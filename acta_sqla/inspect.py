@@ -1,5 +1,5 @@
 """The read model: what an operator looks at, as plain frozen values (the ``acta status``
-and ``acta jobs`` commands use it today, the dashboard will tomorrow).
+and ``acta jobs`` commands and the dashboard use it).
 
 Each function runs one or two statements of ``queries.inspect`` on the caller's
 ``AsyncSession`` (its engine may map acta's schema with ``engine_options``) and changes
@@ -20,13 +20,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ExecutionRow",
+    "FailureGroup",
     "JobDetail",
     "JobPage",
     "JobRow",
+    "LockRow",
+    "Overview",
+    "SearchPage",
     "WorkerRow",
+    "estimate_jobs",
+    "failed_ids",
+    "failure_groups",
+    "in_flight",
     "job_detail",
+    "last_traceback",
     "list_jobs",
+    "locks",
+    "namespaces",
+    "overview",
     "queue_depth",
+    "search_jobs",
     "workers",
 ]
 
@@ -148,3 +161,188 @@ async def job_detail(session: AsyncSession, job_id: int) -> JobDetail | None:
         return None
     history = (await session.execute(q.job_executions(job_id))).all()
     return _make(JobDetail, row, executions=tuple(_make(ExecutionRow, e) for e in history))
+
+
+# ------------------------------------------------------------------ the dashboard's pages
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """One namespace at a glance, at the cost of its backlog, not of its history."""
+
+    active: dict[str, dict[JobStatus, int]]
+    """Ready and executing jobs by kind, exact (read through the claim and lease indexes)."""
+    estimated: dict[JobStatus, int]
+    """Every status's job count as the planner estimates it (exact would read every
+    finished row on each refresh)."""
+    last_hour: dict[str, dict[JobStatus, int]]
+    """Jobs finished in the last hour by kind and outcome, exact."""
+    workers: list[WorkerRow]
+    in_flight: dict[int | None, int]
+    """Executing jobs by worker id."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """A page of an args search: ``jobs`` found among ids [floor_id, before_id). Fewer
+    jobs than asked does not mean the end: ``next_before_id`` continues further down;
+    None when the search reached the oldest job."""
+
+    jobs: tuple[JobRow, ...]
+    next_before_id: int | None
+    floor_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailureGroup:
+    error_type: str
+    """The exception's type name; "" when the failure recorded none."""
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    sample_id: int
+    sample_message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LockRow:
+    name: str
+    job_id: int
+    execution_id: int
+    worker_id: int | None
+    acquired_at: datetime
+    lease_expires_at: datetime
+
+
+def _by_kind(rows: Any) -> dict[str, dict[JobStatus, int]]:
+    out: dict[str, dict[JobStatus, int]] = {}
+    for kind, status, count in rows:
+        out.setdefault(kind, {})[JobStatus(status)] = int(count)
+    return dict(sorted(out.items()))
+
+
+async def estimate_jobs(
+    session: AsyncSession,
+    namespace: str,
+    status: JobStatus | None = None,
+    kind: str | None = None,
+) -> int:
+    """How many jobs match, as the planner estimates it from the table's statistics (as
+    fresh as the last ANALYZE/autovacuum): costs a plan, not a scan."""
+    plan = (await session.execute(q.estimate_jobs(namespace, status, kind))).scalar_one()
+    if isinstance(plan, str):  # a driver that does not decode json
+        import json
+
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+async def overview(session: AsyncSession, namespace: str) -> Overview:
+    """The overview page: backlog exact, history estimated, the last hour exact."""
+    active = _by_kind((await session.execute(q.active_depth(namespace))).all())
+    estimated = {s: await estimate_jobs(session, namespace, s) for s in JobStatus}
+    for status in (JobStatus.READY, JobStatus.EXECUTING):
+        # Exact where it is cheap: the planner's guess for a small backlog can be far off.
+        estimated[status] = sum(c.get(status, 0) for c in active.values())
+    last_hour = _by_kind((await session.execute(q.finished_since(namespace, 3600.0))).all())
+    flying = {w: int(c) for w, c in (await session.execute(q.in_flight(namespace))).all()}
+    return Overview(
+        active=active,
+        estimated=estimated,
+        last_hour=last_hour,
+        workers=await workers(session, namespace),
+        in_flight=flying,
+    )
+
+
+async def in_flight(session: AsyncSession, namespace: str) -> dict[int | None, int]:
+    """Executing jobs by worker id."""
+    return {w: int(c) for w, c in (await session.execute(q.in_flight(namespace))).all()}
+
+
+def like_pattern(text: str) -> str:
+    """``text`` as an ILIKE pattern that matches it literally anywhere (``%`` and ``_``
+    in it match themselves)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+async def search_jobs(
+    session: AsyncSession,
+    *,
+    namespace: str,
+    text: str,
+    status: JobStatus | None = None,
+    kind: str | None = None,
+    before_id: int | None = None,
+    window: int = 50_000,
+    limit: int = 50,
+) -> SearchPage:
+    """Jobs whose args (as JSON text) contain ``text``, newest first, reading at most
+    ``window`` ids of the primary key per call: a rare match costs pages, never a scan of
+    the whole table in one request."""
+    if limit < 1 or window < 1:
+        raise ValueError(f"limit and window must be >= 1, got {limit} and {window}")
+    if before_id is None:
+        top = (await session.execute(q.newest_job_id())).scalar_one()
+        if top is None:
+            return SearchPage(jobs=(), next_before_id=None, floor_id=0)
+        before_id = int(top) + 1
+    floor_id = max(before_id - window, 1)
+    query = q.search_jobs(
+        namespace, status, kind, like_pattern(text), before_id, floor_id, limit + 1
+    )
+    rows = (await session.execute(query)).all()
+    jobs = tuple(_make(JobRow, r) for r in rows[:limit])
+    if len(rows) > limit:
+        next_before: int | None = jobs[-1].id
+    else:
+        next_before = floor_id if floor_id > 1 else None
+    return SearchPage(jobs=jobs, next_before_id=next_before, floor_id=floor_id)
+
+
+async def failure_groups(
+    session: AsyncSession, namespace: str, seconds: float = 86_400.0, limit: int = 100
+) -> list[FailureGroup]:
+    """Failed jobs of the last ``seconds`` grouped by error type, biggest group first,
+    each with its newest job as the sample."""
+    rows = (await session.execute(q.failure_groups(namespace, seconds, limit))).all()
+    samples: dict[int, Any] = {}
+    if rows:
+        ids = [int(r.sample_id) for r in rows]
+        samples = dict((await session.execute(q.last_errors(ids))).all())
+    return [
+        FailureGroup(
+            error_type=r.error_type,
+            count=int(r.count),
+            first_seen=r.first_seen,
+            last_seen=r.last_seen,
+            sample_id=int(r.sample_id),
+            sample_message=(samples.get(int(r.sample_id)) or {}).get("message"),
+        )
+        for r in rows
+    ]
+
+
+async def failed_ids(
+    session: AsyncSession, namespace: str, error_type: str, seconds: float, limit: int
+) -> list[int]:
+    """The ids of one failure group (as ``failure_groups`` counts it), at most ``limit``."""
+    query = q.failed_ids(namespace, error_type, seconds, limit)
+    return [int(i) for i in (await session.execute(query)).scalars()]
+
+
+async def locks(session: AsyncSession, namespace: str, limit: int = 500) -> list[LockRow]:
+    """The namespace's named locks held now, by name."""
+    rows = (await session.execute(q.list_locks(namespace, limit))).all()
+    return [_make(LockRow, r) for r in rows]
+
+
+async def namespaces(session: AsyncSession, limit: int = 200) -> list[str]:
+    """The namespaces workers have registered, by name."""
+    return [str(n) for n in (await session.execute(q.list_namespaces(limit))).scalars()]
+
+
+async def last_traceback(session: AsyncSession, job_id: int) -> str | None:
+    """The traceback of the job's latest attempt that recorded one, if any."""
+    return (await session.execute(q.last_traceback(job_id))).scalar_one_or_none()

@@ -17,6 +17,7 @@ app = typer.Typer(
 )
 
 
+from .dashboard import dashboard as _dashboard  # noqa: E402
 from .worker import worker as _worker  # noqa: E402
 
 app.command()(_worker)
@@ -24,6 +25,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 app.command("status")(_status)
 app.command("demo")(_demo)
+app.command("dashboard")(_dashboard)
 
 
 def main() -> None:

@@ -4,10 +4,14 @@ tomorrow). SQLAlchemy Core on the application's session, so they honour
 
 from __future__ import annotations
 
-from sqlalchemy import Select, func, select
+from typing import Any
 
-from ..models import Execution, Job, Worker
-from ..status import JobStatus
+from sqlalchemy import Delete, Executable, Select, Text, cast, delete, func, select, union_all
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ClauseElement
+
+from ..models import Execution, Job, Lock, Namespace, Worker
+from ..status import TERMINAL_STATUSES, JobStatus
 
 JOB_COLUMNS = (
     Job.id,
@@ -119,4 +123,212 @@ def job_executions(job_id: int) -> Select[tuple[object, ...]]:
         select(*EXECUTION_COLUMNS)
         .where(Execution.job_id == job_id)
         .order_by(Execution.finished_at, Execution.attempt)
+    )
+
+
+# ------------------------------------------------------------------ the dashboard's pages
+#
+# The dashboard reads a table that may hold millions of finished rows, so every statement
+# below is shaped to an index that exists (benchmarks/dashboard.py times each page on
+# 1,100,000 jobs): counts of the whole table come from the planner's estimate, never
+# from count(*).
+
+
+class Explain(Executable, ClauseElement):
+    """``EXPLAIN (FORMAT JSON) <select>``: the planner's row estimate of a statement, its
+    parameters still bound (PostgreSQL plans EXPLAIN with the values given)."""
+
+    inherit_cache = False
+
+    def __init__(self, statement: Select[Any]) -> None:
+        self.statement = statement
+
+
+@compiles(Explain, "postgresql")
+def _render_explain(element: Explain, compiler: Any, **kw: Any) -> str:
+    return "EXPLAIN (FORMAT JSON) " + compiler.process(element.statement, **kw)
+
+
+def _job_filter(
+    query: Select[Any], namespace: str, status: JobStatus | None, kind: str | None
+) -> Select[Any]:
+    query = query.where(Job.namespace == namespace)
+    if status is not None:
+        query = query.where(Job.status == status)
+    if kind is not None:
+        query = query.where(Job.kind == kind)
+    return query
+
+
+def estimate_jobs(namespace: str, status: JobStatus | None, kind: str | None) -> Explain:
+    """The planner's estimate of how many jobs match a filter (a listing's count: exact
+    would scan every matching row, a million for "succeeded")."""
+    return Explain(_job_filter(select(Job.id), namespace, status, kind))
+
+
+def active_depth(namespace: str) -> Select[tuple[str, str, int]]:
+    """(kind, status, count) of the namespace's ready and executing jobs, exactly: ready
+    through the claim index, executing through the lease index (an executing job always
+    holds a lease), so finished rows are never read."""
+    ready = (
+        select(Job.kind, Job.status, func.count())
+        .where(Job.namespace == namespace, Job.status == JobStatus.READY)
+        .group_by(Job.kind, Job.status)
+    )
+    executing = (
+        select(Job.kind, Job.status, func.count())
+        .where(
+            Job.namespace == namespace,
+            Job.lease_expires_at.is_not(None),
+            Job.status == JobStatus.EXECUTING,
+        )
+        .group_by(Job.kind, Job.status)
+    )
+    return union_all(ready, executing)  # type: ignore[return-value]
+
+
+def finished_since(namespace: str, seconds: float) -> Select[tuple[str, str, int]]:
+    """(kind, status, count) of the jobs that finished in the last ``seconds`` (throughput
+    and failures), through the finished index's range on (namespace, finished_at)."""
+    return (
+        select(Job.kind, Job.status, func.count())
+        .where(
+            Job.namespace == namespace,
+            Job.status.in_(TERMINAL_STATUSES),
+            Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+        )
+        .group_by(Job.kind, Job.status)
+        .order_by(Job.kind, Job.status)
+    )
+
+
+def newest_job_id() -> Select[tuple[int | None]]:
+    """The highest job id (the top of a bounded args search; one step down the primary key)."""
+    return select(func.max(Job.id))
+
+
+def search_jobs(
+    namespace: str,
+    status: JobStatus | None,
+    kind: str | None,
+    pattern: str,
+    before_id: int,
+    floor_id: int,
+    limit: int,
+) -> Select[tuple[object, ...]]:
+    """Jobs whose args text contains ``pattern`` (an ILIKE pattern, escaped by the caller),
+    newest first, among ids in [floor_id, before_id): no index can answer a substring
+    search, so each page reads a bounded slice of the primary key instead of the table."""
+    query = _job_filter(select(*JOB_COLUMNS), namespace, status, kind)
+    return (
+        query.where(
+            Job.id < before_id,
+            Job.id >= floor_id,
+            cast(Job.args, Text).ilike(pattern, escape="\\"),
+        )
+        .order_by(Job.id.desc())
+        .limit(limit)
+    )
+
+
+def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[object, ...]]:
+    """Failed jobs of the last ``seconds`` grouped by error type: count, first and last
+    seen, the newest one's id (the sample); through the finished index's time range."""
+    error_type = func.coalesce(Job.last_error["type"].astext, "")
+    return (
+        select(
+            error_type.label("error_type"),
+            func.count().label("count"),
+            func.min(Job.finished_at).label("first_seen"),
+            func.max(Job.finished_at).label("last_seen"),
+            func.max(Job.id).label("sample_id"),
+        )
+        .where(
+            Job.namespace == namespace,
+            Job.status == JobStatus.FAILED,
+            Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+        )
+        .group_by(error_type)
+        .order_by(func.count().desc(), error_type)
+        .limit(limit)
+    )
+
+
+def failed_ids(namespace: str, error_type: str, seconds: float, limit: int) -> Select[tuple[int]]:
+    """Ids of one failure group (failed in the last ``seconds`` with this error type; ""
+    for no recorded type), newest first, at most ``limit`` (a group action's batch)."""
+    return (
+        select(Job.id)
+        .where(
+            Job.namespace == namespace,
+            Job.status == JobStatus.FAILED,
+            Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+            func.coalesce(Job.last_error["type"].astext, "") == error_type,
+        )
+        .order_by(Job.id.desc())
+        .limit(limit)
+    )
+
+
+def last_errors(job_ids: list[int]) -> Select[tuple[int, Any]]:
+    """(id, last_error) of the given jobs (a failure group's sample message)."""
+    return select(Job.id, Job.last_error).where(Job.id.in_(job_ids))
+
+
+def in_flight(namespace: str) -> Select[tuple[int | None, int]]:
+    """(worker_id, count) of the namespace's executing jobs, through the lease index."""
+    return (
+        select(Job.worker_id, func.count())
+        .where(
+            Job.namespace == namespace,
+            Job.lease_expires_at.is_not(None),
+            Job.status == JobStatus.EXECUTING,
+        )
+        .group_by(Job.worker_id)
+    )
+
+
+def list_locks(namespace: str, limit: int) -> Select[tuple[object, ...]]:
+    """The namespace's named locks as held now: name, holder job and worker, since when,
+    until when (a lease its worker's heartbeat renews)."""
+    return (
+        select(
+            Lock.name,
+            Lock.job_id,
+            Lock.execution_id,
+            Lock.worker_id,
+            Lock.acquired_at,
+            Lock.lease_expires_at,
+        )
+        .where(Lock.namespace == namespace)
+        .order_by(Lock.name)
+        .limit(limit)
+    )
+
+
+def list_namespaces(limit: int) -> Select[tuple[str]]:
+    """The namespaces workers have registered (the dashboard's namespace switcher)."""
+    return select(Namespace.name).order_by(Namespace.name).limit(limit)
+
+
+def delete_finished_jobs(job_ids: list[int]) -> Delete:
+    """An operator's delete: the given jobs, if finished (an active job is never deleted
+    under its worker); RETURNING the ids deleted."""
+    return (
+        delete(Job).where(Job.id.in_(job_ids), Job.status.in_(TERMINAL_STATUSES)).returning(Job.id)
+    )
+
+
+def delete_history(job_ids: list[int]) -> Delete:
+    """The recorded attempts of deleted jobs (as retention deletes them with their job)."""
+    return delete(Execution).where(Execution.job_id.in_(job_ids))
+
+
+def last_traceback(job_id: int) -> Select[tuple[str | None]]:
+    """The traceback of a job's latest attempt that recorded one."""
+    return (
+        select(Execution.traceback)
+        .where(Execution.job_id == job_id, Execution.traceback.is_not(None))
+        .order_by(Execution.finished_at.desc(), Execution.attempt.desc())
+        .limit(1)
     )

@@ -439,6 +439,54 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(
 SELECT acta.job.id, acta.job.namespace, acta.job.unique_key
 FROM acta.job JOIN (SELECT unnest(%(namespaces)s::TEXT[]) AS namespace, unnest(%(keys)s::TEXT[]) AS unique_key) AS pairs ON acta.job.namespace = pairs.namespace AND acta.job.unique_key = pairs.unique_key AND acta.job.status IN (__[POSTCOMPILE_status_1]);
 
+-- inspect.active_depth: (kind, status, count) of the namespace's ready and executing jobs, exactly:
+--   ready through the claim index, executing through the lease index (an executing job always holds
+--   a lease), so finished rows are never read.
+SELECT acta.job.kind, acta.job.status, count(*) AS count_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s GROUP BY acta.job.kind, acta.job.status UNION ALL SELECT acta.job.kind, acta.job.status, count(*) AS count_2
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_2)s GROUP BY acta.job.kind, acta.job.status;
+
+-- inspect.delete_finished_jobs: An operator's delete: the given jobs, if finished (an active job is
+--   never deleted under its worker); RETURNING the ids deleted.
+DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+
+-- inspect.delete_history: The recorded attempts of deleted jobs (as retention deletes them with
+--   their job).
+DELETE FROM acta.execution WHERE acta.execution.job_id IN (__[POSTCOMPILE_job_id_1]);
+
+-- inspect.estimate_jobs: The planner's estimate of how many jobs match a filter (a listing's count:
+--   exact would scan every matching row, a million for "succeeded").
+EXPLAIN (FORMAT JSON) SELECT acta.job.id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR;
+
+-- inspect.failed_ids: Ids of one failure group (failed in the last ``seconds`` with this error
+--   type; "" for no recorded type), newest first, at most ``limit`` (a group action's batch).
+SELECT acta.job.id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR ORDER BY acta.job.id DESC
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by error type: count, first
+--   and last seen, the newest one's id (the sample); through the finished index's time range.
+SELECT coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.finished_since: (kind, status, count) of the jobs that finished in the last ``seconds``
+--   (throughput and failures), through the finished index's range on (namespace, finished_at).
+SELECT acta.job.kind, acta.job.status, count(*) AS count_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
+
+-- inspect.in_flight: (worker_id, count) of the namespace's executing jobs, through the lease index.
+SELECT acta.job.worker_id, count(*) AS count_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_1)s GROUP BY acta.job.worker_id;
+
 -- inspect.job_detail: One job in full.
 SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.cancel_requested
 FROM acta.job
@@ -449,11 +497,35 @@ SELECT acta.execution.id, acta.execution.attempt, acta.execution.outcome, acta.e
 FROM acta.execution
 WHERE acta.execution.job_id = %(job_id_1)s::BIGINT ORDER BY acta.execution.finished_at, acta.execution.attempt;
 
+-- inspect.last_errors: (id, last_error) of the given jobs (a failure group's sample message).
+SELECT acta.job.id, acta.job.last_error
+FROM acta.job
+WHERE acta.job.id IN (__[POSTCOMPILE_id_1]);
+
+-- inspect.last_traceback: The traceback of a job's latest attempt that recorded one.
+SELECT acta.execution.traceback
+FROM acta.execution
+WHERE acta.execution.job_id = %(job_id_1)s::BIGINT AND acta.execution.traceback IS NOT NULL ORDER BY acta.execution.finished_at DESC, acta.execution.attempt DESC
+ LIMIT %(param_1)s::INTEGER;
+
 -- inspect.list_jobs: One page of jobs, newest first, filtered; keyset pagination: the next page
 --   starts below the last id shown (``before_id``), so a page costs the same however deep.
 SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT ORDER BY acta.job.id DESC
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.list_locks: The namespace's named locks as held now: name, holder job and worker, since
+--   when, until when (a lease its worker's heartbeat renews).
+SELECT acta.lock.name, acta.lock.job_id, acta.lock.execution_id, acta.lock.worker_id, acta.lock.acquired_at, acta.lock.lease_expires_at
+FROM acta.lock
+WHERE acta.lock.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.lock.name
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.list_namespaces: The namespaces workers have registered (the dashboard's namespace
+--   switcher).
+SELECT acta.namespace.name
+FROM acta.namespace ORDER BY acta.namespace.name
  LIMIT %(param_1)s::INTEGER;
 
 -- inspect.list_workers: The namespace's newest ``limit`` worker rows (running, stopped or dead).
@@ -462,10 +534,23 @@ FROM acta.worker
 WHERE acta.worker.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.worker.id DESC
  LIMIT %(param_1)s::INTEGER;
 
+-- inspect.newest_job_id: The highest job id (the top of a bounded args search; one step down the
+--   primary key).
+SELECT max(acta.job.id) AS max_1
+FROM acta.job;
+
 -- inspect.queue_depth: (kind, status, count) of the namespace's jobs, by kind then status.
 SELECT acta.job.kind, acta.job.status, count(*) AS count_1
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
+
+-- inspect.search_jobs: Jobs whose args text contains ``pattern`` (an ILIKE pattern, escaped by the
+--   caller), newest first, among ids in [floor_id, before_id): no index can answer a substring
+--   search, so each page reads a bounded slice of the primary key instead of the table.
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT AND acta.job.id >= %(id_2)s::BIGINT AND CAST(acta.job.args AS TEXT) ILIKE %(param_1)s::VARCHAR ESCAPE '\' ORDER BY acta.job.id DESC
+ LIMIT %(param_2)s::INTEGER;
 
 -- demo.count_executions: Attempts recorded for the namespace's jobs.
 SELECT count(*) AS count_1

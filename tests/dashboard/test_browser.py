@@ -1,0 +1,212 @@
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium`` package)
+driven by Playwright, against the dashboard served by uvicorn on the test database, with
+jobs run by acta's own worker pipeline (``acta_sqla.testing.drain``).
+
+Skipped, saying why, when Playwright or a Chromium binary is missing (``.ci/run``
+installs Debian's ``chromium``; Playwright's own browser download is not used).
+``ACTA_DASHBOARD_SCREENSHOTS=1`` also saves a screenshot of each page into docs/img/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from acta_sqla import Acta, Context, Job, JobStatus
+from acta_sqla.dashboard import acta_dashboard
+from acta_sqla.testing import drain
+from tests.harness import REPO_ROOT
+from tests.waiting import wait_for
+
+from .test_serving import _free_port
+
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright for Python is not installed"
+)
+CHROMIUM = os.environ.get("ACTA_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():
+    pytest.skip(
+        f"no Chromium at {CHROMIUM}: install Debian's chromium (apt-get install chromium) "
+        "or point ACTA_CHROMIUM at one",
+        allow_module_level=True,
+    )
+
+NS = "browser"
+SHOTS = REPO_ROOT / "docs" / "img" if os.environ.get("ACTA_DASHBOARD_SCREENSHOTS") else None
+XSS = "<script>window.pwned = 1</script>"
+
+acta = Acta(namespace=NS)
+BROKEN = {"flaky": True}
+
+
+@acta.job(max_attempts=1)
+async def render_page(ctx: Context, html: str) -> str:
+    if BROKEN["flaky"]:
+        raise ValueError("the template store is down")
+    return f"rendered {len(html)} characters"
+
+
+@acta.job
+async def send_report(ctx: Context, to: str) -> None:
+    return None
+
+
+def _drain(url: str) -> None:
+    # In a thread of its own: Playwright's sync API keeps an event loop in this one.
+    with ThreadPoolExecutor(1) as pool:
+        result = pool.submit(asyncio.run, drain(acta, database_url=url)).result(timeout=60)
+    assert not result.crashed
+
+
+def _enqueue(url: str, *jobs: Job) -> list[int]:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with Session(engine) as session:
+            for job in jobs:
+                acta.enqueue_sync(session, job)
+            session.commit()
+            return [j.id for j in jobs]
+    finally:
+        engine.dispose()
+
+
+def _status(url: str, job_id: int) -> JobStatus | None:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with Session(engine) as session:
+            return session.execute(select(Job.status).where(Job.id == job_id)).scalar()
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def serve(db: str) -> Iterator[Callable[..., str]]:
+    """``serve(**options)``: the dashboard on a free local port (uvicorn, in a thread);
+    its base URL."""
+    import uvicorn
+
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(**options: Any) -> str:
+        port = _free_port()
+        app = acta_dashboard(db, namespace=NS, **options)
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        wait_for(lambda: server.started, timeout=30, what="the dashboard server to start")
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture
+def page(serve: Callable[..., str]) -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 860})
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def _shot(page: Any, name: str) -> None:
+    if SHOTS is not None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def test_look_filter_open_retry_and_see_it_run_cancel_and_csrf(
+    db: str, serve: Callable[..., str], page: Any
+) -> None:
+    expect = playwright_api.expect
+    BROKEN["flaky"] = True
+    (failing,) = _enqueue(db, render_page.job(html=XSS))
+    _drain(db)
+    assert _status(db, failing) == JobStatus.FAILED
+    base = serve()
+
+    page.goto(base + "/")
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.locator("main")).to_contain_text("render_page")  # failed in the last hour
+    _shot(page, "overview")
+
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    page.select_option("select[name=status]", "failed")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("table.jobs tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("render_page")
+    _shot(page, "jobs")
+
+    page.get_by_role("link", name=f"#{failing}").click()
+    # The args hold a script tag: shown as text, never run.
+    expect(page.locator("pre.args")).to_contain_text(XSS)
+    assert page.evaluate("window.pwned") is None
+    expect(page.locator("p.error")).to_contain_text("ValueError: the template store is down")
+    _shot(page, "job")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator(".message")).to_have_text("Job is ready again.")
+    BROKEN["flaky"] = False
+    _drain(db)
+    page.reload()
+    expect(page.locator("h1 .status")).to_have_text("succeeded")
+    expect(page.locator("pre.result")).to_contain_text("rendered")
+
+    # A retry whose token was tampered with is refused, and changes nothing.
+    page.evaluate("document.querySelector('input[name=csrf]').value = 'forged'")
+    page.once("dialog", lambda dialog: dialog.accept())
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.get_by_role("button", name="Retry").click()
+    assert posted.value.status == 403
+    expect(page.locator("p.error")).to_contain_text("CSRF check failed")
+    assert _status(db, failing) == JobStatus.SUCCEEDED
+
+    (waiting,) = _enqueue(db, send_report.job(to="ops@example.com"))
+    page.goto(f"{base}/jobs/{waiting}")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_role("button", name="Cancel").click()
+    assert _status(db, waiting) == JobStatus.READY  # dismissed: nothing sent
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator(".message")).to_have_text("Job cancelled.")
+    assert _status(db, waiting) == JobStatus.CANCELLED
+
+    if SHOTS is not None:
+        for name in ("failures", "workers", "locks"):
+            page.goto(f"{base}/{name}")
+            _shot(page, name)
+
+
+def test_the_password_prompt(serve: Callable[..., str], page: Any) -> None:
+    expect = playwright_api.expect
+    base = serve(password="correct horse")
+    page.goto(base + "/workers")
+    expect(page.get_by_label("Password")).to_be_visible()
+    _shot(page, "login")
+    page.get_by_label("Password").fill("wrong")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("alert")).to_have_text("Wrong password.")
+    page.get_by_label("Password").fill("correct horse")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Workers")).to_be_visible()
+    assert page.url == base + "/workers"

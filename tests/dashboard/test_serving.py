@@ -1,0 +1,91 @@
+"""Served two ways: ``acta dashboard`` (its own server) refuses to open to a network
+without a password; and nothing a worker imports loads the dashboard's web stack."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+
+from tests.harness import REPO_ROOT, acta_command
+from tests.waiting import wait_for
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_any_address_but_loopback_needs_a_password(acta_env: dict[str, str]) -> None:
+    env = {k: v for k, v in acta_env.items() if k != "ACTA_DASHBOARD_PASSWORD"}
+    done = subprocess.run(
+        [*acta_command(), "dashboard", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        "acta dashboard: refusing to listen on 0.0.0.0: set ACTA_DASHBOARD_PASSWORD"
+    )
+
+
+def test_acta_dashboard_serves_the_pages_and_asks_for_the_password(
+    db: str, acta_env: dict[str, str]
+) -> None:
+    port = _free_port()
+    env = {**acta_env, "ACTA_DASHBOARD_PASSWORD": "open sesame", "ACTA_NAMESPACE": "dash"}
+    proc = subprocess.Popen(
+        [*acta_command(), "dashboard", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> httpx.Response | None:
+            try:
+                return httpx.get(base + "/", timeout=2)
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                return None
+
+        first = wait_for(up, timeout=60, what="acta dashboard to answer")
+        assert first.status_code == 303 and first.headers["location"].startswith("/login")
+        page = httpx.get(base + "/", headers={"authorization": "Bearer open sesame"})
+        assert page.status_code == 200 and "namespace <strong>dash</strong>" in page.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    output = proc.stdout.read() if proc.stdout else ""
+    assert f"dashboard on http://127.0.0.1:{port}/" in output
+    assert "password required" in output
+
+
+def test_a_worker_never_imports_the_dashboard() -> None:
+    script = (
+        "import sys, acta_sqla, acta_sqla.worker, acta_sqla.cli, acta_sqla.testing\n"
+        "from acta_sqla.cli import worker\n"
+        "web = ('starlette', 'jinja2', 'uvicorn', 'multipart', 'acta_sqla.dashboard')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(web)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
