@@ -30,7 +30,7 @@ async def quick(ctx: Context, pause: float = 0.0) -> dict[str, Any]:
 async def blocks_loop(ctx: Context, seconds: float) -> dict[str, Any]:
     """Blocks its worker's event loop for ``seconds`` (``time.sleep`` in an async handler)."""
     record("start", ctx)
-    time.sleep(seconds)
+    time.sleep(seconds)  # noqa: ASYNC251 -- the fault under test
     record("end", ctx)
     return {"pid": os.getpid(), "execution": ctx.execution_id}
 
@@ -41,6 +41,6 @@ async def blocks_loop_in(ctx: Context, pid: int, seconds: float) -> dict[str, An
     execution timeout: a loop that does not come back); returns at once anywhere else."""
     record("start", ctx)
     if os.getpid() == pid:
-        time.sleep(seconds)
+        time.sleep(seconds)  # noqa: ASYNC251 -- the fault under test
     record("end", ctx)
     return {"pid": os.getpid(), "execution": ctx.execution_id}

@@ -14,6 +14,7 @@ Real `acta worker` processes, heartbeat 0.5 s (lease 2 s, worker dead after 3.5 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from . import oracle
@@ -83,6 +84,13 @@ def test_a_loop_that_never_comes_back_lets_its_job_go_after_the_timeout(
     rescuer = workers(*APP)
 
     wait_for(lambda: all_terminal(sql, 1), 60, "the job to be recovered and run elsewhere")
+    # With nothing left to renew the lifeline stopped beating: the worker is marked dead.
+    wait_for(
+        lambda: sql("SELECT status FROM acta.worker WHERE id = %s", stuck.id) == [("dead",)],
+        30,
+        "the stuck worker to be marked dead",
+    )
+    out = stuck.output()
     killed = {stuck.pid: stuck.kill()}
 
     report = oracle.check(sql, runs_log, jobs=[job], attempts=2, killed=killed)
@@ -93,7 +101,52 @@ def test_a_loop_that_never_comes_back_lets_its_job_go_after_the_timeout(
     # own 6 s execution timeout: the job came back after that, not after one 2 s lease.
     assert second.t - first.t >= 6.0, second.t - first.t
     assert second.t - first.t < 6.0 + 15.0, second.t - first.t
-    # With nothing left to renew the lifeline stopped beating: the worker was marked dead.
-    assert sql("SELECT status FROM acta.worker WHERE id = %s", stuck.id) == [("dead",)]
-    assert "blocks_loop_in" in stuck.output()
+    assert "event loop has been blocked" in out and "blocks_loop_in" in out, out
+    assert "past its execution timeout" in out, out
 
+
+def test_a_worker_marked_dead_that_turns_out_alive_registers_again(
+    sql: Sql, workers: WorkerFactory, runs_log: Path
+) -> None:
+    """A whole process frozen (SIGSTOP: the lifeline thread stops too) past the worker-dead
+    limit is marked dead by the other worker's recovery. When it thaws, its first
+    confirmed beat finds the silence: it marks its old row stopped, registers a new one,
+    and goes on claiming under the new id (no restart)."""
+    frozen = workers(*APP)
+    other = workers(*APP)
+    old_id = frozen.id
+    frozen.signal(signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: sql("SELECT status FROM acta.worker WHERE id = %s", old_id) == [("dead",)],
+            30,
+            "the frozen worker to be marked dead",
+        )
+    finally:
+        frozen.signal(signal.SIGCONT)
+
+    def new_row() -> int | None:
+        rows = sql(
+            "SELECT id FROM acta.worker WHERE pid = %s AND id <> %s AND status = 'running'",
+            frozen.pid,
+            old_id,
+        )
+        return int(rows[0][0]) if rows else None
+
+    new_id = wait_for(new_row, 30, "the thawed worker to register again")
+    wait_for(
+        lambda: sql("SELECT status FROM acta.worker WHERE id = %s", old_id) == [("stopped",)],
+        10,
+        "the old row to be marked stopped",
+    )
+    assert "registered again as worker" in frozen.output(), frozen.output()
+
+    other.signal(signal.SIGTERM)
+    assert other.wait(30) == 0
+    ids = insert_batch(sql, [("quick", {})] * 3)
+    wait_for(lambda: all_terminal(sql, len(ids)), 30, "the thawed worker to run new jobs")
+    report = oracle.check(sql, runs_log, jobs=ids, attempts=1)
+    assert {report.final[j][2]["pid"] for j in ids} == {frozen.pid}
+    assert sql("SELECT DISTINCT worker_id FROM acta.execution WHERE job_id = ANY(%s)", ids) == [
+        (new_id,)
+    ]
