@@ -118,6 +118,7 @@ class Lifeline:
         self.threshold = min(STALL_WARNING_SECONDS, timings.heartbeat / 2)
         self.renewals = 0
         """Renewals confirmed outside the loop."""
+        self._renewals_reported = 0
         self.stalls = 0
         """Stalls seen by the loop when it came back."""
         # Shared between the loop and the thread (plain attribute reads and writes are
@@ -148,12 +149,17 @@ class Lifeline:
 
     def start(self) -> None:
         """Start the ticker on the running loop and the lifeline thread."""
+        self.start_ticker()
+        self._thread = threading.Thread(target=self._main, name="acta-lifeline", daemon=True)
+        self._thread.start()
+
+    def start_ticker(self) -> None:
+        """The loop's half: the ticker, and the registry's catch-up (unit tests drive the
+        thread's half, :meth:`step`, themselves)."""
         self.registry.catch_up = self.catch_up
         self._loop_thread = threading.get_ident()
         self._mark()
         self._timer = self.clock.call_at(self.clock.now() + self.tick, self._tick)
-        self._thread = threading.Thread(target=self._main, name="acta-lifeline", daemon=True)
-        self._thread.start()
 
     async def stop(self) -> None:
         if self._timer is not None:
@@ -196,9 +202,23 @@ class Lifeline:
 
     def _came_back(self, seconds: float, since: float) -> None:
         self.stalls += 1
-        if self._counted != since:
+        seen = self._counted == since
+        if not seen:
             metrics.record_stall(self.namespace)
         metrics.record_stall_duration(self.namespace, seconds)
+        renewals, self._renewals_reported = (
+            self.renewals - self._renewals_reported,
+            self.renewals,
+        )
+        if not seen and seconds >= self.threshold + 3 * self.tick:
+            # Long enough that the lifeline thread, looking every tick, would have seen it
+            # (with room for its own lateness) had it run: the whole process was frozen.
+            log.bind(event="process_suspended", seconds=round(seconds, 3)).warning(
+                "the worker process did not run for {:.1f}s (suspended: SIGSTOP, a paused VM "
+                "or container, heavy swapping?); no lease was renewed meanwhile",
+                seconds,
+            )
+            return
         log.bind(event="loop_blocked", seconds=round(seconds, 3)).warning(
             "the event loop was blocked for {:.1f}s (running handlers: {}); an async handler "
             "must not block (time.sleep, CPU work, sync I/O): use await, asyncio.to_thread or "
@@ -206,7 +226,7 @@ class Lifeline:
             "meanwhile",
             seconds,
             running(list(self.registry)) or "none",
-            self.renewals,
+            renewals,
         )
 
     # ------------------------------------------------------------------ in the thread
