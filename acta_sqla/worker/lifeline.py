@@ -138,6 +138,7 @@ class Lifeline:
         self._store: LifelineStore | None = None
         self._recovering: asyncio.Task[object] | None = None
         self._loop_thread: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._timer: Timer | None = None
@@ -158,6 +159,7 @@ class Lifeline:
         thread's half, :meth:`step`, themselves)."""
         self.registry.catch_up = self.catch_up
         self._loop_thread = threading.get_ident()
+        self._loop = asyncio.get_running_loop()
         self._mark()
         self._timer = self.clock.call_at(self.clock.now() + self.tick, self._tick)
 
@@ -253,6 +255,13 @@ class Lifeline:
 
     async def step(self) -> None:
         """One look: is the loop stalled, and is a renewal due?"""
+        loop = self._loop
+        if loop is not None and (loop.is_closed() or not loop.is_running()):
+            # The worker's loop ended without stopping the worker (an embedding app closed
+            # it): a silent ticker means no loop at all, not a blocked one. Renewing on
+            # would hold the rows (and take recovery passes) for nobody.
+            self._stopping.set()
+            return
         now = self.monotonic()
         since = self._seen
         if now - since < self.tick + self.threshold:
