@@ -173,14 +173,24 @@ class Heartbeat:
         one started, on the worker's clock): a hung beat must not hold up the next."""
         beat = asyncio.ensure_future(call)
         abandoned = False
+        when = started + self.timings.heartbeat
 
         def abandon() -> None:
-            nonlocal abandoned
-            if not beat.done():
+            nonlocal abandoned, timer
+            if beat.done():
+                return
+            late = self.clock.now() > when + self.timings.heartbeat / 10
+            if late and not abandoned:
+                # Ringing late: the loop was blocked (or the process frozen) while the beat
+                # was in flight, and timers run before the loop reads its sockets. Its
+                # answer may be waiting there: give it a tenth of a beat more.
                 abandoned = True
-                beat.cancel()
+                timer = self.clock.call_at(self.clock.now() + self.timings.heartbeat / 10, abandon)
+                return
+            abandoned = True
+            beat.cancel()
 
-        timer = self.clock.call_at(started + self.timings.heartbeat, abandon)
+        timer = self.clock.call_at(when, abandon)
         try:
             return await beat
         except asyncio.CancelledError:

@@ -49,18 +49,18 @@ from typing import Any, Protocol
 from loguru import logger
 
 from .. import metrics
-from ..settings import DEFAULT_TIMEOUT_SECONDS, Timings
+from ..settings import (
+    DEFAULT_TIMEOUT_SECONDS,
+    LOOP_TICK_SECONDS,
+    STALL_WARNING_SECONDS,
+    Timings,
+)
 from ..values import HeartbeatReport
 from .clock import Clock, Timer
 from .inflight import Entry, EntryState, Registry
 
 log = logger.bind(stage="lifeline")
 
-LOOP_TICK_SECONDS = 1.0
-"""The longest interval of the loop's ticker (a quarter beat when beats are shorter)."""
-STALL_WARNING_SECONDS = 5.0
-"""A loop silent this long past its tick is stalled (half a beat when beats are shorter):
-warned about, counted, and its leases renewed from the lifeline thread."""
 JOIN_SECONDS = 5.0
 """How long stopping waits for the lifeline thread to close its connection."""
 
@@ -135,6 +135,8 @@ class Lifeline:
         # The thread's own.
         self._renewed_at: dict[Key, float] = {}
         self._stall: Stall | None = None
+        self._looked: float | None = None
+        """Monotonic time of the thread's previous look."""
         self._store: LifelineStore | None = None
         self._recovering: asyncio.Task[object] | None = None
         self._loop_thread: int | None = None
@@ -263,6 +265,11 @@ class Lifeline:
             self._stopping.set()
             return
         now = self.monotonic()
+        looked, self._looked = self._looked, now
+        if looked is not None and now - looked >= self.tick + self.threshold:
+            # This thread did not run either: the whole process was frozen (SIGSTOP, a
+            # paused VM), not just its loop. Give the loop one tick to come back first.
+            return
         since = self._seen
         if now - since < self.tick + self.threshold:
             self._stall = None
@@ -279,9 +286,11 @@ class Lifeline:
 
     def renewable(
         self, stall: Stall, now: float
-    ) -> tuple[list[tuple[int, int, bool]], list[tuple[str, int, int]]]:
+    ) -> tuple[list[tuple[int, int, bool]], list[tuple[str, int, int]], bool]:
         """What may be renewed now: the held triples and lock holds, as the heartbeat would
-        send them, minus what is past its bound."""
+        send them, minus what is past its bound; and whether the worker may still beat at
+        all (some running attempt is within its timeout, or none runs and the stall is
+        younger than the default timeout)."""
         entries = self._entries()
         offset = self._offset
         timeouts = [
@@ -289,10 +298,7 @@ class Lifeline:
             for e in entries
             if e.state is EntryState.EXECUTING and e.started is not None
         ]
-        if timeouts:
-            others_until = max(timeouts)
-        else:
-            others_until = stall.since + DEFAULT_TIMEOUT_SECONDS
+        others_until = max(timeouts) if timeouts else stall.since + DEFAULT_TIMEOUT_SECONDS
         held: list[tuple[int, int, bool]] = []
         locks: list[tuple[str, int, int]] = []
         for e in entries:
@@ -311,18 +317,22 @@ class Lifeline:
                 continue
             held.append((e.job.id, e.job.execution_id, e.started is not None))
             locks.extend((name, e.job.id, e.job.execution_id) for name in e.locks)
-        return held, locks
+        return held, locks, now < others_until
 
     async def renew(self, stall: Stall) -> HeartbeatReport | None:
         started = self.monotonic()
-        held, locks = self.renewable(stall, started)
-        if not held:
+        held, locks, alive = self.renewable(stall, started)
+        if not alive:
+            # Nothing keeps the worker row fresh either: it is marked dead after 7 beats,
+            # as a crashed worker would be.
             if not stall.gave_up:
                 stall.gave_up = True
                 log.bind(event="lifeline_gave_up").warning(
-                    "the event loop is still blocked and every held job is past its execution "
-                    "timeout: no more renewals; their leases run out and recovery takes them "
-                    "back"
+                    "the event loop is still blocked past {}: no more renewals; the leases "
+                    "run out and recovery takes the rows back",
+                    "every running job's execution timeout"
+                    if any(e.state is EntryState.EXECUTING for e in self._entries())
+                    else f"{DEFAULT_TIMEOUT_SECONDS:g}s with no handler running",
                 )
             return None
         stall.gave_up = False
@@ -352,7 +362,8 @@ class Lifeline:
         self.renewals += 1
         metrics.record_lifeline_renewal(self.namespace, len(renewed))
         log.bind(event="lifeline_renewed", rows=len(renewed)).debug(
-            "event loop blocked: renewed {} of {} held row(s) from the lifeline thread",
+            "event loop blocked: renewed {} of {} held row(s) and the worker row from the "
+            "lifeline thread",
             len(renewed),
             len(held),
         )

@@ -417,17 +417,22 @@ class Worker:
         (its attempts were cancelled at their deadlines). It does not carry on under the
         old identity: its old row is marked stopped, it registers a new one and goes on
         claiming under the new id, with no restart (a database outage must not need one)."""
-        assert self.store is not None
+        store = self.store
+        assert store is not None
         old = self.worker_id
         try:
-            await self.store.stop_worker()
-            self.worker_id = await self.store.register_worker(
+            self.worker_id = await store.register_worker(
                 hostname=socket.gethostname(),
                 pid=os.getpid(),
                 executors=self.executors_count,
                 kinds=sorted(self.acta.handlers),
                 version=_version(),
             )
+            # A beat already queued with the old id would set the old row back to
+            # running: one beat under the new id first (the heartbeat connection runs them
+            # in order), then the old row is marked stopped.
+            await self.heartbeat.run_once()
+            await store.admin_conn.execute(store.sql.stop_worker, old)
         except Exception as exc:
             log.bind(event="register_again_failed").error(
                 "worker {} could not register again after its silence: {}", old, exc

@@ -75,9 +75,19 @@ def running(registry: Registry, clock: FakeClock, id: int, kind: str, timeout: f
     return entry
 
 
-def block(clock: FakeClock, seconds: float) -> None:
-    """Time passes and the loop runs nothing (no timer fires)."""
+def freeze(clock: FakeClock, seconds: float) -> None:
+    """Time passes and nothing runs: neither the loop (no timer fires) nor the thread."""
     clock.t += seconds
+
+
+async def block(lifeline: Lifeline, clock: FakeClock, seconds: float) -> None:
+    """The loop runs nothing (no timer fires) for ``seconds``; the lifeline thread looks
+    once per tick, as it does."""
+    end = clock.t + seconds
+    while clock.t + lifeline.tick < end:
+        clock.t += lifeline.tick
+        await lifeline.step()
+    clock.t = end
 
 
 async def test_a_loop_that_ticks_is_never_renewed_from_outside() -> None:
@@ -98,13 +108,13 @@ async def test_a_blocked_loop_keeps_its_leases_and_the_alarm_learns_of_them(
     innocent = running(registry, clock, 2, "quick", 300)
     waiting = registry.add(job(3, "quick"), t0 + TIMINGS.attempt_deadline)  # claimed only
 
-    block(clock, 0.5)
+    await block(lifeline, clock, 0.5)
     await lifeline.step()
     assert store.heartbeats == []  # shorter than tick + threshold: not a stall yet
-    block(clock, 6.0)
+    await block(lifeline, clock, 6.0)
     await lifeline.step()  # stalled: renewed at once
     for _ in range(4):
-        block(clock, 45.0)
+        await block(lifeline, clock, 45.0)
         await lifeline.step()  # and once per beat interval
     assert len(store.heartbeats) == 5
     assert store.heartbeats[-1] == [(1, 1001, True), (2, 1002, True), (3, 1003, False)]
@@ -129,11 +139,11 @@ async def test_a_past_deadline_is_checked_against_the_renewals_before_it_is_beli
     clock, registry, store, lifeline = setup()
     entry = registry.add(job(1), clock.now() + TIMINGS.attempt_deadline)
     running(registry, clock, 2, "blocks_loop", 300)
-    block(clock, 6.0)
+    await block(lifeline, clock, 6.0)
     await lifeline.step()
-    block(clock, 110.0)
+    await block(lifeline, clock, 110.0)
     assert not entry.fired(clock.now())
-    assert entry.deadline == store.at[0] + TIMINGS.attempt_deadline
+    assert entry.deadline == store.at[-1] + TIMINGS.attempt_deadline
 
 
 async def test_renewals_stop_at_each_jobs_own_execution_timeout(warnings: list[str]) -> None:
@@ -141,19 +151,19 @@ async def test_renewals_stop_at_each_jobs_own_execution_timeout(warnings: list[s
     short = running(registry, clock, 1, "short", 30)
     running(registry, clock, 2, "long", 100)
     registry.add(job(3), clock.now() + TIMINGS.attempt_deadline)  # claimed only
-    block(clock, 6.0)
+    await block(lifeline, clock, 6.0)
     await lifeline.step()  # t+6: all three
-    block(clock, 45.0)
+    await block(lifeline, clock, 45.0)
     await lifeline.step()  # t+51: the short job is past its 30 s timeout
-    block(clock, 45.0)
+    await block(lifeline, clock, 45.0)
     await lifeline.step()  # t+96: the long one still within its 100 s
-    block(clock, 45.0)
+    await block(lifeline, clock, 45.0)
     await lifeline.step()  # t+141: every running job past its timeout: nothing at all
-    block(clock, 45.0)
+    await block(lifeline, clock, 45.0)
     await lifeline.step()
     held = [[j for j, _, _ in beat] for beat in store.heartbeats]
     assert held == [[1, 2, 3], [2, 3], [2, 3]]
-    assert sum("past its execution timeout" in w for w in warnings) == 1
+    assert sum("past every running job's execution timeout" in w for w in warnings) == 1
     assert short.stop_reason is None  # the thread never touches an entry
 
 
@@ -165,7 +175,7 @@ async def test_what_the_heartbeat_would_leave_out_is_not_renewed() -> None:
     finalizing = running(registry, clock, 3, "quick", 1)
     finalizing.state = EntryState.FINALIZING
     running(registry, clock, 4, "blocks_loop", 300)
-    block(clock, 6.0)
+    await block(lifeline, clock, 6.0)
     await lifeline.step()
     assert [j for j, _, _ in store.heartbeats[0]] == [3, 4]
     assert soon.stop_reason is None
@@ -178,9 +188,9 @@ async def test_a_row_the_lifeline_could_not_renew_keeps_its_old_deadline() -> No
     first_deadline = lost.deadline
     store.lost = {lost.key}  # taken over meanwhile
     for seconds in (6.0, 45.0, 45.0):
-        block(clock, seconds)
+        await block(lifeline, clock, seconds)
         await lifeline.step()
-    block(clock, 30.0)  # t+126: past the lost row's deadline (t+112.5)
+    await block(lifeline, clock, 30.0)  # t+126: past the lost row's deadline (t+112.5)
     clock.advance(0)  # back: the alarm rings for the lost row only
     assert lost.expired and lost.deadline == first_deadline
     assert not kept.expired
@@ -196,7 +206,7 @@ async def test_a_late_answer_never_moves_a_deadline_back() -> None:
 
 async def test_a_frozen_process_is_told_apart_from_a_blocked_loop(warnings: list[str]) -> None:
     clock, registry, store, lifeline = setup()
-    block(clock, 20.0)  # the lifeline thread never looked: the whole process was stopped
+    freeze(clock, 20.0)  # the lifeline thread never looked: the whole process was stopped
     clock.advance(0)
     assert any("did not run for" in w for w in warnings)
     assert not any("event loop was blocked" in w for w in warnings)
@@ -206,9 +216,9 @@ async def test_the_alarm_applies_the_renewals_even_when_it_rings_before_the_tick
     clock, registry, store, lifeline = setup()
     entry = running(registry, clock, 1, "blocks_loop", 300)
     for seconds in (6.0, 45.0, 45.0):
-        block(clock, seconds)
+        await block(lifeline, clock, seconds)
         await lifeline.step()
-    block(clock, 30.0)  # t+126: past the deadline the loop knows (t+112.5)
+    await block(lifeline, clock, 30.0)  # t+126: past the deadline the loop knows (t+112.5)
     assert lifeline._timer is not None
     lifeline._timer.cancel()  # whatever order the loop runs its due timers in
     clock.advance(0)
