@@ -15,16 +15,22 @@ How it works (one thread, one event loop and one connection of its own):
   threshold`` (threshold: half a beat, at most 5 s) the loop is *stalled*: the thread logs a
   warning naming the running handlers and where the loop thread is (file, line, function),
   counts the stall, and renews the leases at once and then once per beat interval, on its
-  own loop and connection (``acta:lifeline:<id>``), with the heartbeat's own statement. It
-  renews exactly what the registry holds at that moment (read while the loop is blocked,
+  own loop and connection (``acta:lifeline:<id>``), with the heartbeat's own statement
+  (which also refreshes the worker row, and may take the namespace's recovery pass: the
+  thread then runs it on its own connection too). It renews exactly what the registry
+  holds at that moment (read while the loop is blocked,
   so it cannot change under the read), minus what the heartbeat would leave out: an entry
   whose deadline already fired or that was asked to stop.
 * Bounded: an attempt is renewed only until its own execution timeout; an entry with no
   running attempt (claimed but not started, or waiting for its completion write) only
   while some running attempt is within its timeout (or, when none runs at all, for the
   default timeout from the start of the stall). A loop that never comes back therefore
-  holds each job at most its timeout plus one lease; then nothing is left to renew, the
-  lifeline stops beating, and the worker is marked dead after 7 beats, as if it had died.
+  holds each job at most its timeout plus one lease; past the bound the lifeline stops
+  beating altogether, and the worker is marked dead after 7 beats, as if it had died.
+* A look that finds the thread itself did not run for a tick plus the threshold is a
+  frozen process (SIGSTOP, a paused VM), not a blocked loop: nothing is renewed until the
+  loop has had a tick to come back. A loop that ended without stopping the worker (closed
+  by an embedding application) stops the thread.
 * When the loop comes back, :meth:`Lifeline.catch_up` (called by the registry before its
   alarm cancels anything and before a past deadline is believed, and by the ticker) moves
   each renewed entry's deadline to the lifeline's confirmed renewal start plus the attempt
