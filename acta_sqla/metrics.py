@@ -9,6 +9,9 @@
 | acta.claim.duration           | histogram             | s    | namespace         |
 | acta.completion.duration      | histogram             | s    | namespace         |
 | acta.lease.lost               | counter               | 1    | namespace         |
+| acta.loop.stalls              | counter               | 1    | namespace         |
+| acta.loop.stall.duration      | histogram             | s    | namespace         |
+| acta.lifeline.renewals        | counter (rows)        | 1    | namespace         |
 
 Per-job work stays off the metric path: the in-flight gauge is read from the registry when
 a collector asks, and outcome counts are added once per batch.
@@ -64,6 +67,21 @@ LEASE_LOST = _meter.create_counter(
     "acta.lease.lost", description="Completions fenced out because the lease was lost."
 )
 
+LOOP_STALLS = _meter.create_counter(
+    "acta.loop.stalls",
+    description="Times a worker's event loop was blocked past the stall threshold (a handler "
+    "blocking it: time.sleep, CPU work or sync I/O inside an async def).",
+)
+LOOP_STALL_DURATION = _meter.create_histogram(
+    "acta.loop.stall.duration",
+    unit="s",
+    description="How long a stalled event loop was blocked (recorded when it came back).",
+)
+LIFELINE_RENEWALS = _meter.create_counter(
+    "acta.lifeline.renewals",
+    description="Leases renewed from the lifeline thread while the event loop was blocked.",
+)
+
 
 def watch_registry(registry: Registry, namespace: str) -> None:
     _registries[registry] = namespace
@@ -86,3 +104,15 @@ def record_batch(
     lost = len(batch) - len(applied)
     if lost > 0:
         LEASE_LOST.add(lost, attrs)
+
+
+def record_stall(namespace: str) -> None:
+    LOOP_STALLS.add(1, {"namespace": namespace})
+
+
+def record_stall_duration(namespace: str, seconds: float) -> None:
+    LOOP_STALL_DURATION.record(seconds, {"namespace": namespace})
+
+
+def record_lifeline_renewal(namespace: str, rows: int) -> None:
+    LIFELINE_RENEWALS.add(rows, {"namespace": namespace})

@@ -43,6 +43,12 @@ WRITE_REPEAT_WARNINGS = 3
 """Failed completion writes log a warning this many times, then an error per try."""
 WORKER_DEAD_BEATS = 7
 """A worker silent for this many of its own heartbeats is dead."""
+LOOP_TICK_SECONDS = 1.0
+"""The longest interval of the event loop's ticker, which the lifeline thread watches (a
+quarter beat when beats are shorter)."""
+STALL_WARNING_SECONDS = 5.0
+"""An event loop silent this long past its tick is stalled (half a beat when beats are
+shorter): warned about, counted, and its leases renewed from the lifeline thread."""
 DEFAULT_TIMEOUT_SECONDS = 300.0
 """Default execution timeout of one attempt."""
 DEFAULT_MAX_ATTEMPTS = 20

@@ -222,6 +222,18 @@ class WorkerStore:
         self.dsn = dsn
         self.channel = f"{schema}.{namespace}"
 
+    def twin(self, role: str = "lifeline") -> WorkerStore:
+        """A second store of this worker for another thread's event loop (the lifeline):
+        the same worker id and statements, connections of its own (opened on first use,
+        named ``acta:<role>:<id>``). asyncpg connections and locks belong to one loop."""
+        twin = WorkerStore(self.dsn, self.sql.schema, self.namespace, self.timings)
+        twin.sql, twin.worker_id = self.sql, self.worker_id
+        for rc in twin._roles():
+            rc.role = role if rc is twin.heartbeat_conn else f"{role}-{rc.role}"
+        if self.worker_id is not None:
+            twin._name(self.worker_id)
+        return twin
+
     def _name(self, worker_id: int) -> None:
         for rc in self._roles():
             rc.application_name = app_name(rc.role, worker_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from loguru import logger
@@ -32,6 +32,21 @@ class Heartbeat:
 
     An entry whose deadline already fired is not renewed: its handler was told to stop,
     and the lease must be allowed to run out if it does not.
+
+    Cadence: beats START on a fixed schedule, one interval apart (not one interval after
+    the previous beat ended), and a beat that has not answered when the next one is due is
+    abandoned (its connection is dropped and the next beat starts on time). Every deadline
+    counts from the last confirmed renewal's start, one interval before the next beat, so a
+    slow or hung beat costs nothing as long as the following one answers within half an
+    interval: 1 + 1.5 beats = the attempt deadline of 2.5 beats. (A beat that waited one
+    interval after the previous one ENDED, and could hang for its whole statement timeout,
+    pushed the next renewal past the deadline and cancelled every running attempt although
+    the database lease was still valid.)
+
+    A confirmed beat that follows a silence of ``worker_dead_after`` (7 beats) or more, with
+    no renewal in between (the lifeline's included, see :meth:`renewed_outside`), means
+    recovery may have marked this worker dead and every lease it held has run out:
+    ``on_silence`` is told (the supervisor registers the worker again).
     """
 
     def __init__(
@@ -42,6 +57,7 @@ class Heartbeat:
         clock: Clock | None = None,
         on_definitions: Callable[[int], None] | None = None,
         on_recovery_due: Callable[[], None] | None = None,
+        on_silence: Callable[[float], None] | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -49,8 +65,11 @@ class Heartbeat:
         self.clock = clock or Clock()
         self.on_definitions = on_definitions
         self.on_recovery_due = on_recovery_due
+        self.on_silence = on_silence
         self.beats = 0
         self.failures = 0
+        self.last_confirmed: float | None = None
+        """Loop time the last confirmed renewal (this heartbeat's or the lifeline's) started."""
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -73,11 +92,22 @@ class Heartbeat:
                 log.bind(event="heartbeat_failed").warning("heartbeat had failed: {}", exc)
 
     async def run(self) -> None:
+        interval = self.timings.heartbeat
+        if self.last_confirmed is None:
+            self.last_confirmed = self.clock.now()  # the worker row was just registered
+        due = self.clock.now() + interval
         while not self._stop.is_set():
-            await self.clock.wait(self._stop, self.timings.heartbeat)
+            await self.clock.wait(self._stop, max(0.0, due - self.clock.now()))
             if self._stop.is_set():
                 return
             await self.run_once()
+            due = next_beat(due, self.clock.now(), interval)
+
+    def renewed_outside(self, started: float) -> None:
+        """A renewal that started at loop time ``started`` was confirmed (called by the
+        lifeline for its renewals made while the loop was blocked)."""
+        if self.last_confirmed is None or started > self.last_confirmed:
+            self.last_confirmed = started
 
     async def run_once(self) -> HeartbeatReport | None:
         now = self.clock.now()
@@ -88,7 +118,7 @@ class Heartbeat:
         locks = [(name, e.job.id, e.job.execution_id) for e in snapshot for name in e.locks]
         started = self.clock.now()
         try:
-            report = await self.store.heartbeat(held, locks)
+            report = await self._bounded(self.store.heartbeat(held, locks), started)
         except Exception as exc:
             self.failures += 1
             # Deadlines stay as they are: an attempt whose renewals keep failing is
@@ -98,6 +128,14 @@ class Heartbeat:
         self.beats += 1
         deadline = started + self.timings.attempt_deadline
         after = self.clock.now()
+        previous = self.last_confirmed
+        self.renewed_outside(started)
+        if (
+            previous is not None
+            and after - previous >= self.timings.worker_dead_after
+            and self.on_silence is not None
+        ):
+            self.on_silence(after - previous)
         lost = 0
         for entry in snapshot:
             key = entry.key
@@ -129,3 +167,56 @@ class Heartbeat:
         if report.recovery_due and self.on_recovery_due is not None:
             self.on_recovery_due()
         return report
+
+    async def _bounded(self, call: Awaitable[HeartbeatReport], started: float) -> HeartbeatReport:
+        """Await one beat, abandoning it when the next one is due (one interval after this
+        one started, on the worker's clock): a hung beat must not hold up the next."""
+        beat = asyncio.ensure_future(call)
+        abandoned = False
+        when = started + self.timings.heartbeat
+
+        def abandon() -> None:
+            nonlocal abandoned, timer
+            if beat.done():
+                return
+            late = self.clock.now() > when + self.timings.heartbeat / 10
+            if late and not abandoned:
+                # Ringing late: the loop was blocked (or the process frozen) while the beat
+                # was in flight, and timers run before the loop reads its sockets. Its
+                # answer may be waiting there: give it a tenth of a beat more.
+                abandoned = True
+                timer = self.clock.call_at(self.clock.now() + self.timings.heartbeat / 10, abandon)
+                return
+            abandoned = True
+            beat.cancel()
+
+        timer = self.clock.call_at(when, abandon)
+        try:
+            return await beat
+        except asyncio.CancelledError:
+            if not abandoned:
+                raise  # the heartbeat itself is being stopped
+            drop = getattr(self.store, "heartbeat_conn", None)
+            if drop is not None:
+                # A cancelled statement leaves the connection mid-protocol: open a new one.
+                await drop.discard()
+            raise BeatTimeout(
+                f"no answer within {self.timings.heartbeat:g}s (the beat interval); "
+                "abandoned so that the next beat starts on time"
+            ) from None
+        finally:
+            timer.cancel()
+
+
+class BeatTimeout(Exception):
+    """A beat did not answer before the next one was due."""
+
+
+def next_beat(due: float, now: float, interval: float) -> float:
+    """When the beat after the one due at ``due`` starts: one interval after it was DUE
+    (however long it took), or at once if that time has already passed (the beat was
+    abandoned, or the loop was blocked): its rows have gone that long without renewal."""
+    following = due + interval
+    if following > now:
+        return following
+    return now

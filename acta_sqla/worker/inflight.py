@@ -8,7 +8,10 @@ Who writes what:
 - the heartbeat re-arms ``deadline`` (:meth:`Registry.rearm`) and sets ``stop_reason``
   (through :meth:`Registry.fire`);
 - the finalizer removes an entry once its write has landed (or been fenced out).
-All of this happens on one event loop, so no lock is needed.
+All of this happens on one event loop, so no lock is needed. The one exception is the
+lifeline thread (worker/lifeline.py): while the loop is blocked it READS the entries (the
+loop cannot change them meanwhile) and renews their rows on its own connection; the loop
+learns of those renewals through :attr:`Registry.catch_up` before it trusts a deadline.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -51,6 +54,8 @@ class Entry:
     """The alarm rang (or the attempt was fired): the registry cancelled ``task``."""
     locks: dict[str, int] = field(default_factory=dict)
     """Named locks this attempt holds (with how deep), renewed by the heartbeat."""
+    registry: Registry | None = field(default=None, repr=False)
+    """The registry holding this entry (for its ``catch_up`` before a deadline is trusted)."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -58,7 +63,17 @@ class Entry:
 
     def fired(self, now: float) -> bool:
         """True once the attempt must stop: asked to, or past its deadline."""
-        return self.stop_reason is not None or now >= self.deadline
+        if self.stop_reason is not None:
+            return True
+        if now < self.deadline:
+            return False
+        # Past its deadline as the loop last knew it. If the loop was just blocked, the
+        # lifeline may have renewed the row meanwhile: learn that first, or a renewed entry
+        # would be skipped (an executor) or left out of the next beat (the heartbeat).
+        registry = self.registry
+        if registry is not None and registry.catch_up is not None:
+            registry.catch_up()
+        return now >= self.deadline
 
 
 class Registry:
@@ -84,6 +99,9 @@ class Registry:
         self._armed = 0
         self._timer: Timer | None = None
         self._timer_at = float("inf")
+        self.catch_up: Callable[[], None] | None = None
+        """Applies renewals made outside the loop (the lifeline's) to the deadlines; called
+        before the alarm cancels anything and before a past deadline is believed."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -92,7 +110,7 @@ class Registry:
         return iter(list(self._entries.values()))
 
     def add(self, job: ClaimedJob, deadline: float) -> Entry:
-        entry = Entry(job=job, deadline=deadline)
+        entry = Entry(job=job, deadline=deadline, registry=self)
         self._entries[entry.key] = entry
         return entry
 
@@ -125,7 +143,11 @@ class Registry:
             self._alarms = live
 
     def rearm(self, entry: Entry, deadline: float) -> None:
-        """A renewal moved the attempt's deadline on."""
+        """A renewal moved the attempt's deadline on. Never back: a beat that was in
+        flight while the loop was blocked may answer after the lifeline's later renewals
+        were applied, and its older start must not shorten the deadline they set."""
+        if deadline <= entry.deadline:
+            return
         entry.deadline = deadline
         # An attempt already stopping (its alarm rang in this very loop iteration, or it
         # was fired) is not brought back: its handler is being cancelled.
@@ -158,6 +180,11 @@ class Registry:
 
     def _ring(self) -> None:
         self._timer, self._timer_at = None, float("inf")
+        # The alarm may ring first thing after a long block of the loop (timers run before
+        # anything else the loop had queued): deadlines moved on by the lifeline's renewals
+        # during the block are applied before any attempt is cancelled for its deadline.
+        if self.catch_up is not None:
+            self.catch_up()
         # The loop's timers are rounded to the millisecond: what is due within one counts.
         now = self.clock.now() + 0.001
         alarms = self._alarms

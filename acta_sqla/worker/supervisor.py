@@ -41,6 +41,7 @@ from .executor import Executor, Executors
 from .finalizer import Finalizer
 from .heartbeat import Heartbeat
 from .inflight import Entry, EntryState, Permits, Registry
+from .lifeline import Lifeline
 from .recovery import run_recovery
 
 log = logger.bind(stage="worker")
@@ -204,13 +205,23 @@ class Worker:
             self.clock,
             on_definitions=self._on_definitions,
             on_recovery_due=self._on_recovery_due,
+            on_silence=self._on_silence,
         )
-        self.listener = Listener(store.dsn, store.channel, self.claimer.wake)
-        self.listener.application_name = app_name("listen", self.worker_id)
-        self.listener.start()
+        # Renews the leases from a thread of its own while a handler blocks the loop.
+        self.lifeline = Lifeline(
+            self.registry,
+            self.timings,
+            store.twin,
+            self.clock,
+            namespace=self.namespace,
+            recover=run_recovery,
+            on_renewed=self.heartbeat.renewed_outside,
+        )
+        self._listen()
         self.finalizer.start(on_ended=self._stage_ended)
         self.executors.start(on_ended=self._stage_ended)
         self.heartbeat.start()
+        self.lifeline.start()
         self.claimer.start()
         for task in (self.heartbeat._task, self.claimer._task):
             if task is not None:
@@ -279,6 +290,7 @@ class Worker:
         await self.executors.stop(STUBBORN_WAIT_SECONDS if self.stubborn else FORCED_STOP_SECONDS)
         await self.finalizer.stop(FLUSH_SECONDS)
         await self.heartbeat.stop()
+        await self.lifeline.stop()
         await self.listener.stop()
         for task in list(self._background):
             task.cancel()
@@ -374,6 +386,57 @@ class Worker:
     def _on_definitions(self, version: int) -> None:
         if version != self.definitions_version:
             self._spawn(self.reload_definitions())
+
+    def _listen(self) -> None:
+        assert self.store is not None
+        self.listener = Listener(self.store.dsn, self.store.channel, self.claimer.wake)
+        self.listener.application_name = app_name("listen", self.worker_id)
+        self.listener.start()
+
+    def _on_silence(self, seconds: float) -> None:
+        self._spawn(self._register_again(seconds))
+
+    async def _register_again(self, seconds: float) -> None:
+        """The worker went silent for 7 beats (the process was suspended, or cut off from
+        the database; the lifeline keeps a merely blocked loop from it): recovery may have
+        marked it dead, freeing its locks and slots, and every lease it held has run out
+        (its attempts were cancelled at their deadlines). It does not carry on under the
+        old identity: its old row is marked stopped, it registers a new one and goes on
+        claiming under the new id, with no restart (a database outage must not need one)."""
+        store = self.store
+        assert store is not None
+        old = self.worker_id
+        try:
+            self.worker_id = await store.register_worker(
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                executors=self.executors_count,
+                kinds=sorted(self.acta.handlers),
+                version=_version(),
+            )
+            # A beat already queued with the old id would set the old row back to
+            # running: one beat under the new id first (the heartbeat connection runs them
+            # in order), then the old row is marked stopped.
+            await self.heartbeat.run_once()
+            await store.admin_conn.execute(store.sql.stop_worker, old)
+        except Exception as exc:
+            log.bind(event="register_again_failed").error(
+                "worker {} could not register again after its silence: {}", old, exc
+            )
+            return
+        self.lifeline.stale_store = True
+        await self._warm_stages(self.store)  # names the stage connections after the new id
+        await self.listener.stop()
+        self._listen()
+        log.bind(event="registered_again", worker_id=self.worker_id, old=old).warning(
+            "worker {} went {:.1f}s without a confirmed lease renewal (the worker-dead limit "
+            "is {:g}s): recovery may have marked it dead and everything it held has run out "
+            "of its lease; registered again as worker {}",
+            old,
+            seconds,
+            self.timings.worker_dead_after,
+            self.worker_id,
+        )
 
     def _on_recovery_due(self) -> None:
         if not self._recovering:

@@ -312,7 +312,9 @@ async def test_a_renewal_answered_as_the_attempt_deadline_fires_keeps_the_worker
     first, re-arms it (Registry.rearm) or, had the row not been renewed, cancels it
     (Registry.fire): both reschedule a Timeout that is no longer ENTERED. Made deterministic
     here: the renewal's answer is released by a timer 20 ms before the deadline, and the loop
-    is stalled (the injected fault) across both."""
+    is stalled (the injected fault) across both. Beats start on a fixed schedule and one
+    unanswered when the next is due is abandoned, so the answer that arrives at the deadline
+    is that of the beat after a failed one (started half an interval before the deadline)."""
     worker = Worker(acta, settings(faults_db, executors=1, heartbeat_interval=0.5))
     task = asyncio.create_task(worker.run())
     await started(worker, task)
@@ -323,7 +325,12 @@ async def test_a_renewal_answered_as_the_attempt_deadline_fires_keeps_the_worker
     real = worker.store.heartbeat
     staged: list[float] = []
 
+    failed: list[bool] = []
+
     async def answered_at_the_deadline(*args: Any) -> Any:
+        if not failed:
+            failed.append(True)  # the deadline stays where the last confirmed beat put it
+            raise StoreUnavailable("heartbeat: injected failure")
         report = await real(*args)
         if staged or entry.key not in report.renewed:
             return report

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from acta_sqla.settings import Timings
 from acta_sqla.values import HeartbeatReport, Outcome
-from acta_sqla.worker.heartbeat import Heartbeat
+from acta_sqla.worker.heartbeat import Heartbeat, next_beat
 from acta_sqla.worker.inflight import EntryState, Registry
 
-from .fakes import FakeClock, FakeStore, job
+from .fakes import FakeClock, FakeStore, job, until
 
 TIMINGS = Timings.from_heartbeat(45.0)
 
@@ -111,3 +113,104 @@ async def test_a_lock_not_renewed_cancels_its_attempt() -> None:
     assert store.lock_beats == [[("a", 1, 1001), ("b", 2, 1002)]]
     assert keeps.stop_reason is None
     assert loses.stop_reason is Outcome.LOCK_LOST
+
+
+class WaitingClock(FakeClock):
+    """A fake clock whose waits take the time they wait (the heartbeat's sleep between
+    beats), so that a schedule can be read off the clock."""
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.advance(seconds)
+        await asyncio.sleep(0)
+        return event.is_set()
+
+
+class TimedStore(FakeStore):
+    """Each beat takes ``durations[i]`` seconds of clock time (None, and every beat after
+    the listed ones: hangs until cancelled, which stops the fake time); every held row is
+    renewed. Records when each beat started."""
+
+    def __init__(self, clock: FakeClock, durations: list[float | None]) -> None:
+        super().__init__()
+        self.clock = clock
+        self.durations = durations
+        self.at: list[float] = []
+        self.beat_started = asyncio.Event()
+        self.heartbeat_conn = self  # dropped after an abandoned beat
+        self.discarded = 0
+
+    async def discard(self) -> None:
+        self.discarded += 1
+
+    async def heartbeat(self, held, locks=()):  # type: ignore[no-untyped-def]
+        self.at.append(self.clock.now())
+        self.beat_started.set()
+        took = self.durations.pop(0) if self.durations else None
+        if took is None:
+            await asyncio.Event().wait()
+        self.clock.advance(took or 0.0)
+        return report(renewed=frozenset((j, x) for j, x, _ in held))
+
+
+async def beats(hb: Heartbeat, store: TimedStore, n: int) -> None:
+    hb.start()
+    await until(lambda: hb.beats + hb.failures >= n, 5, f"{n} beats answered")
+    await hb.stop()
+
+
+async def test_beats_start_on_a_fixed_schedule_however_long_each_takes() -> None:
+    # The seed's cadence is "every 45 s": a beat that took 30 s is followed by the next
+    # 15 s later, not 45 s after it ended (which pushed renewals toward the deadline).
+    clock = WaitingClock(start=0.0)
+    store = TimedStore(clock, [30.0, 2.0, 44.0, 0.0])
+    hb = Heartbeat(store, Registry(clock), TIMINGS, clock)
+    await beats(hb, store, 4)
+    assert store.at[:4] == [45.0, 90.0, 135.0, 180.0]
+
+
+async def test_a_hung_beat_is_abandoned_when_the_next_is_due_and_costs_no_deadline() -> None:
+    clock = WaitingClock(start=0.0)
+    registry = Registry(clock)
+    entry = registry.add(job(1), 0.0 + TIMINGS.attempt_deadline)  # confirmed at t=0
+    entry.state = EntryState.EXECUTING
+    entry.started = 0.0
+    registry.arm(entry, asyncio.ensure_future(asyncio.sleep(3600)))  # type: ignore[arg-type]
+    store = TimedStore(clock, [None, 1.0])
+    hb = Heartbeat(store, registry, TIMINGS, clock)
+    hb.start()
+    await until(lambda: store.at == [45.0], 5, "the first beat to start")
+    await asyncio.sleep(0)
+    clock.advance(45.0)  # t=90: the next beat is due; the hung one is abandoned
+    await until(lambda: hb.beats == 1, 5, "the next beat to be confirmed")
+    await hb.stop()
+    assert store.at[:2] == [45.0, 90.0]
+    assert hb.failures == 1 and store.discarded == 1
+    # Renewed from the second beat's start, before the deadline of t=112.5 ever rang.
+    assert entry.deadline == 90.0 + TIMINGS.attempt_deadline
+    assert not entry.expired and entry.stop_reason is None
+
+
+def test_the_next_beat_keeps_the_grid_or_runs_at_once_when_overdue() -> None:
+    assert next_beat(45.0, 75.0, 45.0) == 90.0  # a 30 s beat: the next one on its slot
+    assert next_beat(45.0, 90.0, 45.0) == 90.0  # abandoned at the next slot: now
+    assert next_beat(45.0, 300.0, 45.0) == 300.0  # the loop was blocked: at once
+
+
+async def test_a_beat_after_seven_silent_beats_reports_the_silence() -> None:
+    clock = FakeClock(start=0.0)
+    store = FakeStore()
+    store.report = report()
+    silences: list[float] = []
+    hb = Heartbeat(store, Registry(clock), TIMINGS, clock, on_silence=silences.append)
+    await hb.run_once()  # t=0
+    clock.advance(TIMINGS.worker_dead_after - 1)
+    await hb.run_once()
+    assert silences == []
+    clock.advance(TIMINGS.worker_dead_after)
+    hb.renewed_outside(clock.now() - 10)  # the lifeline renewed during the silence
+    await hb.run_once()
+    assert silences == []
+    clock.advance(TIMINGS.worker_dead_after + 5)
+    await hb.run_once()
+    assert silences == [TIMINGS.worker_dead_after + 5]
