@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from ..app import CancelOutcome
+    from ..session import CancelOutcome
 
 
 async def cancel(session: AsyncSession, job_id: int) -> CancelOutcome:
     """As ``Acta.cancel``: "cancelled", "requested", "finished" or "missing"."""
-    from ..app import _cancel
+    from ..session import cancel as _cancel
 
     return await session.run_sync(lambda s: _cancel(s, job_id))
 
 
 async def retry(session: AsyncSession, job_id: int) -> bool:
     """As ``Acta.retry``: True when the finished job is ready again."""
-    from ..app import _retry
+    from ..session import retry as _retry
 
     return await session.run_sync(lambda s: _retry(s, job_id))
 
