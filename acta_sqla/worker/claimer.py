@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from loguru import logger
 
@@ -84,9 +84,13 @@ class Claimer:
         self._timer, self._timer_at = None, float("inf")
         self.wake()
 
-    def start(self) -> None:
+    def start(self, on_ended: Callable[[asyncio.Task[Any]], None] | None = None) -> None:
+        """Run the loop in a task named ``acta-claimer``; ``on_ended`` is called when it ends
+        (the supervisor tells a crash from the plan)."""
         if self._task is None:
             self._task = asyncio.create_task(self.run(), name="acta-claimer")
+            if on_ended is not None:
+                self._task.add_done_callback(on_ended)
 
     async def stop(self) -> None:
         self.stopping = True

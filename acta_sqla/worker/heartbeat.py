@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from loguru import logger
 
@@ -73,9 +73,13 @@ class Heartbeat:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, on_ended: Callable[[asyncio.Task[Any]], None] | None = None) -> None:
+        """Run the loop in a task named ``acta-heartbeat``; ``on_ended`` is called when it ends
+        (the supervisor tells a crash from the plan)."""
         if self._task is None:
             self._task = asyncio.create_task(self.run(), name="acta-heartbeat")
+            if on_ended is not None:
+                self._task.add_done_callback(on_ended)
 
     async def stop(self) -> None:
         self._stop.set()

@@ -220,12 +220,9 @@ class Worker:
         self._listen()
         self.finalizer.start(on_ended=self._stage_ended)
         self.executors.start(on_ended=self._stage_ended)
-        self.heartbeat.start()
+        self.heartbeat.start(on_ended=self._stage_ended)
         self.lifeline.start()
-        self.claimer.start()
-        for task in (self.heartbeat._task, self.claimer._task):
-            if task is not None:
-                task.add_done_callback(self._stage_ended)
+        self.claimer.start(on_ended=self._stage_ended)
         log.bind(event="worker_started", worker_id=self.worker_id).info(
             "worker {} started: namespace {!r}, {} executors, kinds {}",
             self.worker_id,

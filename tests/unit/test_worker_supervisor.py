@@ -35,3 +35,82 @@ async def test_a_stage_ending_during_shutdown_is_not_a_crash() -> None:
     await task
     await asyncio.sleep(0)
     assert not worker.crashed
+
+
+class _Stage:
+    """Records when the supervisor stops it (and with what bound)."""
+
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name = name
+        self.calls = calls
+
+    async def stop(self, *bound: float) -> int:
+        self.calls.append(f"{self.name}.stop")
+        return 0
+
+
+class _Store:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    async def stop_worker(self) -> None:
+        self.calls.append("store.stop_worker")
+
+    async def close(self) -> None:
+        self.calls.append("store.close")
+
+
+def _wired(calls: list[str]) -> Worker:
+    worker = Worker(Acta(), load_settings(database_url="postgresql://x@127.0.0.1:1/none"))
+    for name in ("claimer", "executors", "finalizer", "heartbeat", "lifeline", "listener"):
+        setattr(worker, name, _Stage(name, calls))
+    worker.store = _Store(calls)  # type: ignore[assignment]
+    return worker
+
+
+async def test_shutdown_stops_the_stages_in_the_one_order() -> None:
+    # Producers before consumers: no claim after the stop; the executors (and the hand-back
+    # of claimed-but-unstarted rows) before the finalizer, so their completions are in its
+    # last batch; the heartbeat and lifeline after the finalizer, so leases are renewed
+    # until the last write lands; the worker row is marked stopped last.
+    calls: list[str] = []
+    worker = _wired(calls)
+    await worker.shutdown()
+    assert calls == [
+        "claimer.stop",
+        "executors.stop",
+        "finalizer.stop",
+        "heartbeat.stop",
+        "lifeline.stop",
+        "listener.stop",
+        "store.stop_worker",
+        "store.close",
+    ]
+    assert worker.stopped.is_set()
+    await worker.shutdown()  # idempotent: a second call stops nothing twice
+    assert len(calls) == 8
+
+
+async def test_claimed_but_unstarted_rows_are_handed_back_before_the_finalizer_stops() -> None:
+    from acta_sqla.values import JobStatus
+
+    from .fakes import job
+
+    calls: list[str] = []
+    worker = _wired(calls)
+    entry = worker.registry.add(job(1), 1e12)
+    worker.claimed.put_nowait(entry)
+
+    class Finalizer(_Stage):
+        async def stop(self, *bound: float) -> int:
+            handed = worker.completed.get_nowait()
+            calls.append(f"finalizer.stop after {handed.status} of job {handed.job_id}")
+            return 0
+
+    worker.finalizer = Finalizer("finalizer", calls)  # type: ignore[assignment]
+    await worker.shutdown()
+    assert calls[:3] == [
+        "claimer.stop",
+        "executors.stop",
+        f"finalizer.stop after {JobStatus.READY} of job 1",
+    ]
