@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from acta_sqla import embedded, migrate
 from acta_sqla.models import SCHEMA
+from tests.harness import worker_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # A test that leaves a transaction open would make the next TRUNCATE wait forever for its
@@ -170,11 +171,9 @@ def sync_session(sync_engine: Engine) -> Iterator[Session]:
 
 
 def acta_env_for(url: str, **extra: str) -> dict[str, str]:
-    """A copy of ``os.environ`` for a subprocess that should use ``url``."""
-    env = {k: v for k, v in os.environ.items() if k != "ACTA_TEST_DATABASE_URL"}
-    env["ACTA_DATABASE_URL"] = url
-    env.update(extra)
-    return env
+    """The environment of an `acta` subprocess that should use ``url``: the one builder
+    of tests/harness.py (no ``ACTA_*`` of the caller's shell, the checkout importable)."""
+    return worker_env(url, **extra)
 
 
 @pytest.fixture

@@ -1,22 +1,147 @@
-"""Helpers for tests that drive real `acta worker` processes against a real database:
-the command to run, spawning a worker with its output in a log file, and inserting jobs
-straight into the ledger (as another application's transaction would)."""
+"""The one harness for tests that drive real `acta worker` processes against a real
+database, shared by the e2e and fault tiers (and anything else that spawns workers):
+
+* :func:`acta_command` and :func:`spawn_worker`: the `acta` command, a worker with its
+  output in a log file;
+* :func:`worker_env`: the ONE way to build a worker's environment (only the test's
+  ``ACTA_*`` settings, the test database, the run log, the checkout on ``PYTHONPATH``);
+* :class:`WorkerProcess`: one running worker (signal, kill, wait, output, readiness, the
+  server pid of one of its connections); :func:`start_workers` makes a factory of them
+  and :func:`stop_all` kills what is left;
+* the run log: handlers call :func:`record` at each start and end, and :func:`read_runs`
+  reads it back as :class:`Run` values (the oracle's input);
+* :func:`sql_runner`: an autocommit connection that runs one statement, rows back;
+* :func:`insert_jobs`: jobs straight into the ledger, as another application would.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from tests.waiting import wait_for
+
+if TYPE_CHECKING:
+    from acta_sqla import Context
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-Sql = Callable[..., list[tuple[object, ...]]]
+Sql = Callable[..., list[tuple[Any, ...]]]
+
+RUNS_LOG_VAR = "ACTA_RUNS_LOG"
+"""The environment variable naming the run log the test apps' handlers append to."""
+
+
+# ---------------------------------------------------------------------------- the run log
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One line of the run log: a handler's start or end, as the handler itself saw it."""
+
+    event: str
+    """``start``, ``end`` (returned), ``cancel`` (cancelled) or ``error`` (raised)."""
+    job_id: int
+    execution_id: int
+    attempt: int
+    pid: int
+    t: float
+    """CLOCK_MONOTONIC seconds: one clock for every process on the machine."""
+
+
+def record(event: str, ctx: Context) -> None:
+    """Append one run-log line for ``ctx``'s attempt (no-op without ``ACTA_RUNS_LOG``).
+
+    One ``write`` on an ``O_APPEND`` descriptor per line, so lines from several processes
+    never interleave; ``time.monotonic()`` lets the checker compare times across workers.
+    """
+    path = os.environ.get(RUNS_LOG_VAR)
+    if not path:
+        return
+    line = (
+        f"{event} {ctx.job_id} {ctx.execution_id} {ctx.attempt} {os.getpid()} "
+        f"{time.monotonic():.6f}\n"
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_runs(path: Path) -> list[Run]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        event, job, execution, attempt, pid, t = line.split()
+        out.append(Run(event, int(job), int(execution), int(attempt), int(pid), float(t)))
+    return out
+
+
+# ------------------------------------------------------------------------------ database
+
+
+def sql_runner(url: str) -> tuple[Sql, psycopg.Connection]:
+    """``run(query, *params)`` on one autocommit connection; rows back ([] for none)."""
+    conn = psycopg.connect(url, autocommit=True)
+
+    def run(query: str, *params: object) -> list[tuple[Any, ...]]:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+    return run, conn
+
+
+def insert_jobs(
+    sql: Sql, namespace: str, kind: str, n: int = 1, args: str = "{}", **cols: object
+) -> list[int]:
+    """Insert ``n`` jobs of ``kind`` in one committed statement; their ids, in order."""
+    names = "".join(f", {k}" for k in cols)
+    values = "".join(", %s" for _ in cols)
+    rows = sql(
+        f"INSERT INTO acta.job (namespace, kind, args{names}) "
+        f"SELECT %s, %s, %s::jsonb{values} FROM generate_series(1, %s) RETURNING id",
+        namespace,
+        kind,
+        args,
+        *cols.values(),
+        n,
+    )
+    return sorted(int(r[0]) for r in rows)
+
+
+# ------------------------------------------------------------------------------ processes
 
 
 def acta_command() -> list[str]:
     script = Path(sys.executable).parent / "acta"
     return [str(script)] if script.exists() else [sys.executable, "-m", "acta_sqla.cli"]
+
+
+def worker_env(url: str, runs_log: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of an `acta` process of a test: the machine's environment without
+    any ``ACTA_*`` setting of the caller's shell (so a developer's ACTA_NAMESPACE or
+    ACTA_EXECUTORS never leaks into a test), then the test database, the run log, the
+    checkout on ``PYTHONPATH`` (the test apps import ``tests.*``), then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
+    env["ACTA_DATABASE_URL"] = url
+    if runs_log is not None:
+        env[RUNS_LOG_VAR] = str(runs_log)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
+    env.update(extra)
+    return env
 
 
 def spawn_worker(
@@ -35,19 +160,106 @@ def spawn_worker(
         )
 
 
-def insert_jobs(
-    sql: Sql, namespace: str, kind: str, n: int = 1, args: str = "{}", **cols: object
-) -> list[int]:
-    """Insert ``n`` jobs of ``kind`` in one committed statement; their ids, in order."""
-    names = "".join(f", {k}" for k in cols)
-    values = "".join(", %s" for _ in cols)
-    rows = sql(
-        f"INSERT INTO acta.job (namespace, kind, args{names}) "
-        f"SELECT %s, %s, %s::jsonb{values} FROM generate_series(1, %s) RETURNING id",
-        namespace,
-        kind,
-        args,
-        *cols.values(),
-        n,
-    )
-    return sorted(int(r[0]) for r in rows)  # type: ignore[call-overload]
+class WorkerProcess:
+    """One `acta worker` process of a test."""
+
+    def __init__(self, proc: subprocess.Popen[str], output_path: Path, sql: Sql) -> None:
+        self.proc = proc
+        self.output_path = output_path
+        self.sql = sql
+        self.killed_at: float | None = None
+        self.id: int | None = None
+        """The worker's id once :meth:`wait_ready` saw it registered."""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        if sig == signal.SIGKILL:
+            self.killed_at = time.monotonic()
+        self.proc.send_signal(sig)
+
+    def kill(self) -> float:
+        """SIGKILL; the CLOCK_MONOTONIC time of the kill (for the checker)."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        assert self.killed_at is not None
+        return self.killed_at
+
+    def wait(self, timeout: float = 60.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return self.output_path.read_text() if self.output_path.exists() else ""
+
+    def wait_ready(self, timeout: float = 30.0) -> int:
+        """Wait until the worker has registered and LISTENs; its worker id."""
+
+        def ready() -> int | None:
+            if not self.alive():
+                raise AssertionError(f"worker {self.pid} exited early:\n{self.output()}")
+            rows = self.sql(
+                "SELECT w.id FROM acta.worker w JOIN pg_stat_activity a "
+                "ON a.application_name = 'acta:listen:' || w.id "
+                "AND a.datname = current_database() WHERE w.pid = %s AND w.status = 'running'",
+                self.pid,
+            )
+            return int(rows[0][0]) if rows else None
+
+        self.id = int(wait_for(ready, timeout, f"worker {self.pid} to be ready"))  # type: ignore[arg-type]
+        return self.id
+
+    def backend(self, role: str, *, or_unnamed: bool = False) -> int | None:
+        """The server pid of this worker's connection of ``role`` (None: not connected).
+
+        ``or_unnamed``: also accept ``acta:<role>`` without the worker id (the admin
+        connection is opened before the worker has an id); only meaningful while this
+        worker is the only one on the database."""
+        names = [f"acta:{role}:{self.id}"] + ([f"acta:{role}"] if or_unnamed else [])
+        rows = self.sql(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = ANY(%s) "
+            "AND datname = current_database()",
+            names,
+        )
+        return int(rows[0][0]) if rows else None
+
+
+WorkerFactory = Callable[..., WorkerProcess]
+
+
+def start_workers(
+    app: str,
+    url: str,
+    sql: Sql,
+    runs_log: Path,
+    tmp_path: Path,
+    defaults: Mapping[str, str] | None = None,
+    ready: bool = False,
+) -> tuple[WorkerFactory, list[WorkerProcess]]:
+    """A factory of `acta worker --app APP` processes on ``url`` (each with
+    ``worker_env(url, runs_log, **defaults, **env)``), and the list of those started.
+    ``ready``: by default, wait until each has registered and LISTENs."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, ready: bool = ready) -> WorkerProcess:
+        full_env = worker_env(url, runs_log, **{**(defaults or {}), **(env or {})})
+        out_path = tmp_path / f"worker-{len(started)}.log"
+        worker = WorkerProcess(spawn_worker(app, args, full_env, out_path), out_path, sql)
+        started.append(worker)
+        if ready:
+            worker.wait_ready()
+        return worker
+
+    return start, started
+
+
+def stop_all(started: list[WorkerProcess]) -> None:
+    """SIGKILL every worker of the test still alive."""
+    for w in started:
+        if w.alive():
+            w.proc.send_signal(signal.SIGKILL)
+            w.proc.wait(timeout=10)

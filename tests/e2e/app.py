@@ -1,25 +1,17 @@
 """The app the e2e tests run in real `acta worker` processes.
 
-Every handler start and end is appended to the file named by ACTA_E2E_LOG as one line
-``<event> <job_id> <attempt> <pid>`` (O_APPEND writes of one short line do not interleave
-between processes): the oracle of what ran.
+Every handler start and end is appended to the run log named by ACTA_RUNS_LOG
+(``tests.harness.record``; read back with ``tests.harness.read_runs``): what ran.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 
 from acta_sqla import Acta, Context
+from tests.harness import record
 
 acta = Acta(namespace="e2e")
-
-
-def record(event: str, ctx: Context) -> None:
-    path = os.environ.get("ACTA_E2E_LOG")
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{event} {ctx.job_id} {ctx.attempt} {os.getpid()}\n")
 
 
 @acta.job

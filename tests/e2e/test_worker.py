@@ -36,10 +36,10 @@ def test_two_workers_run_2000_jobs_each_succeeding_exactly_once(
         w.signal(signal.SIGTERM)
     assert a.wait() == 0 and b.wait() == 0
     runs = read_runs(oracle_log)
-    started = Counter(job for event, job, _, _ in runs if event == "start")
+    started = Counter(r.job_id for r in runs if r.event == "start")
     assert set(started) == set(ids)
     assert max(started.values()) == 1, "a job ran twice"
-    pids = {pid for *_, pid in runs}
+    pids = {r.pid for r in runs}
     assert len(pids) == 2, "both workers took a share"
     assert sql(
         "SELECT count(*), count(DISTINCT job_id) FROM acta.execution WHERE outcome = 'succeeded'"
@@ -63,7 +63,7 @@ def test_retries_end_failed_after_max_attempts(sql, start_worker, oracle_log) ->
         "SELECT attempt, outcome FROM acta.execution WHERE job_id = %s ORDER BY id", job_id
     )
     assert history == [(1, "failed"), (2, "failed"), (3, "failed")]
-    assert [a for e, _, a, _ in read_runs(oracle_log) if e == "start"] == [1, 2, 3]
+    assert [r.attempt for r in read_runs(oracle_log) if r.event == "start"] == [1, 2, 3]
 
 
 def test_a_handler_past_its_timeout_is_cancelled_and_failed(sql, start_worker) -> None:  # type: ignore[no-untyped-def]
@@ -85,7 +85,7 @@ def test_sigterm_lets_running_handlers_finish_and_leaves_the_rest_uncharged(
     waiting = enqueue(sql, "work", 5)
     w = start_worker("--executors", "2")
     wait_for(
-        lambda: sum(1 for e, *_ in read_runs(oracle_log) if e == "start") == 2,
+        lambda: sum(1 for r in read_runs(oracle_log) if r.event == "start") == 2,
         what="both sleepy handlers to start",
     )
     w.signal(signal.SIGTERM)
@@ -185,7 +185,7 @@ def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, oracle_log)
     for w in (a, b):
         w.signal(signal.SIGTERM)
     assert a.wait() == 0 and b.wait() == 0
-    events = [(event, job) for event, job, _, _ in read_runs(oracle_log)]
+    events = [(r.event, r.job_id) for r in read_runs(oracle_log)]
     assert len(events) == 60
     # Inside the lock, every start is followed by the same job's end: never two at once.
     for (e1, j1), (e2, j2) in zip(events[::2], events[1::2], strict=True):

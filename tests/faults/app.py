@@ -1,6 +1,6 @@
 """The app the fault-injection tests run in real `acta worker` processes (and in-process).
 
-Every handler start and end is appended to the file named by ACTA_FAULTS_LOG as one line
+Every handler start and end is appended to the run log named by ACTA_RUNS_LOG as one line
 ``<event> <job_id> <execution_id> <attempt> <pid> <monotonic seconds>``; ``event`` is
 ``start``, ``end`` (returned), ``cancel`` (cancelled: deadline, lease lost, shutdown) or
 ``error`` (raised). Each line is one ``write`` on an ``O_APPEND`` descriptor, so lines from
@@ -15,27 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Any
 
 from acta_sqla import Acta, Context
+from tests.harness import record as record  # re-exported: the other fault apps import it
 
 acta = Acta(namespace="faults")
-
-
-def record(event: str, ctx: Context) -> None:
-    path = os.environ.get("ACTA_FAULTS_LOG")
-    if not path:
-        return
-    line = (
-        f"{event} {ctx.job_id} {ctx.execution_id} {ctx.attempt} {os.getpid()} "
-        f"{time.monotonic():.6f}\n"
-    )
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 async def _run(ctx: Context, seconds: float) -> dict[str, Any]:

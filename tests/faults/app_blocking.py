@@ -3,7 +3,7 @@ processes: ``acta worker --app tests.faults.app_blocking:acta``.
 
 The most common asyncio mistake: blocking work (``time.sleep``, a CPU loop, a sync driver)
 inside an ``async def`` handler. Runs are recorded in the run log of ``tests.faults.app``
-(``ACTA_FAULTS_LOG``), so the oracle checks them the same way. The namespace is the fault
+(``ACTA_RUNS_LOG``), so the oracle checks them the same way. The namespace is the fault
 tests' own, and ``quick`` (an innocent ``asyncio.sleep``) is served here too, so that
 innocent jobs can share the blocked loop.
 """

@@ -20,21 +20,22 @@ on two cores; ``pytest -m soak tests/faults`` adds a long random-fault soak.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import signal
-import subprocess
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 
 from acta_sqla import migrate
-from tests.harness import REPO_ROOT, insert_jobs, spawn_worker
+from tests.harness import (
+    Sql,
+    WorkerFactory,
+    WorkerProcess,
+    insert_jobs,
+    sql_runner,
+    start_workers,
+    stop_all,
+)
 from tests.waiting import wait_for
 
 from . import oracle
@@ -45,19 +46,17 @@ NAMESPACE = "faults"
 SHORT_CLOCK = {"ACTA_HEARTBEAT_INTERVAL": "0.5"}
 """Lease 2 s, attempt deadline 1.25 s, worker dead after 3.5 s, recovery every 2 s."""
 
-__all__ = ["APP", "NAMESPACE", "SHORT_CLOCK", "Sql", "Worker", "wait_for"]
-
-Sql = Callable[..., list[tuple[Any, ...]]]
-
-
-def sql_runner(url: str) -> tuple[Sql, psycopg.Connection]:
-    conn = psycopg.connect(url, autocommit=True)
-
-    def run(query: str, *params: object) -> list[tuple[Any, ...]]:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
-
-    return run, conn
+__all__ = [
+    "APP",
+    "NAMESPACE",
+    "SHORT_CLOCK",
+    "Sql",
+    "Worker",
+    "WorkerFactory",
+    "make_workers",
+    "stop_all",
+    "wait_for",
+]
 
 
 @pytest.fixture
@@ -81,111 +80,15 @@ def runs_log(tmp_path: Path) -> Path:
     return tmp_path / "runs.log"
 
 
-@dataclass
-class Worker:
-    """One `acta worker` process."""
-
-    proc: subprocess.Popen[str]
-    output_path: Path
-    sql: Sql
-    killed_at: float | None = None
-    id: int | None = field(default=None)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def signal(self, sig: int) -> None:
-        if sig == signal.SIGKILL:
-            self.killed_at = time.monotonic()
-        self.proc.send_signal(sig)
-
-    def kill(self) -> float:
-        """SIGKILL; the CLOCK_MONOTONIC time of the kill (for the checker)."""
-        self.signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        assert self.killed_at is not None
-        return self.killed_at
-
-    def wait(self, timeout: float = 60.0) -> int:
-        return self.proc.wait(timeout=timeout)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def output(self) -> str:
-        return self.output_path.read_text() if self.output_path.exists() else ""
-
-    def wait_ready(self, timeout: float = 30.0) -> int:
-        """Wait until the worker has registered and LISTENs; its worker id."""
-
-        def ready() -> int | None:
-            if not self.alive():
-                raise AssertionError(f"worker {self.pid} exited early:\n{self.output()}")
-            rows = self.sql(
-                "SELECT w.id FROM acta.worker w JOIN pg_stat_activity a "
-                "ON a.application_name = 'acta:listen:' || w.id "
-                "AND a.datname = current_database() WHERE w.pid = %s AND w.status = 'running'",
-                self.pid,
-            )
-            return int(rows[0][0]) if rows else None
-
-        self.id = int(wait_for(ready, timeout, f"worker {self.pid} to be ready"))  # type: ignore[arg-type]
-        return self.id
-
-    def backend(self, role: str, *, or_unnamed: bool = False) -> int | None:
-        """The server pid of this worker's connection of ``role`` (None: not connected).
-
-        ``or_unnamed``: also accept ``acta:<role>`` without the worker id (the admin
-        connection is opened before the worker has an id, see test_connections.py); only
-        meaningful while this worker is the only one on the database."""
-        names = [f"acta:{role}:{self.id}"] + ([f"acta:{role}"] if or_unnamed else [])
-        rows = self.sql(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = ANY(%s) "
-            "AND datname = current_database()",
-            names,
-        )
-        return int(rows[0][0]) if rows else None
-
-
-WorkerFactory = Callable[..., Worker]
+Worker = WorkerProcess
+"""One `acta worker` process (tests/harness.py)."""
 
 
 def make_workers(
     url: str, sql: Sql, runs_log: Path, tmp_path: Path
-) -> tuple[WorkerFactory, list[Worker]]:
-    started: list[Worker] = []
-
-    def start(*args: str, env: dict[str, str] | None = None, ready: bool = True) -> Worker:
-        full_env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("ACTA_") or k == "ACTA_TEST_DATABASE_URL"
-        }
-        full_env.pop("ACTA_TEST_DATABASE_URL", None)
-        full_env.update(
-            ACTA_DATABASE_URL=url,
-            ACTA_FAULTS_LOG=str(runs_log),
-            PYTHONPATH=str(REPO_ROOT),
-            **SHORT_CLOCK,
-        )
-        full_env.update(env or {})
-        out_path = tmp_path / f"worker-{len(started)}.log"
-        proc = spawn_worker(APP, args, full_env, out_path)
-        worker = Worker(proc, out_path, sql)
-        started.append(worker)
-        if ready:
-            worker.wait_ready()
-        return worker
-
-    return start, started
-
-
-def stop_all(started: list[Worker]) -> None:
-    for w in started:
-        if w.alive():
-            w.proc.send_signal(signal.SIGKILL)
-            w.proc.wait(timeout=10)
+) -> tuple[WorkerFactory, list[WorkerProcess]]:
+    """Fault-test workers: the fault app, the short clock, each waited for until ready."""
+    return start_workers(APP, url, sql, runs_log, tmp_path, SHORT_CLOCK, ready=True)
 
 
 @pytest.fixture

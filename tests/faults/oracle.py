@@ -38,6 +38,9 @@ from typing import Any
 
 import psycopg
 
+from tests.harness import Run as Run  # re-exported: tests read runs through the oracle
+from tests.harness import read_runs as read_runs
+
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ORACLE_SCHEMA = "acta_oracle"
 
@@ -126,32 +129,12 @@ class Change:
         return self.old == "ready" and self.new == "executing"
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
-    event: str
-    job_id: int
-    execution_id: int
-    attempt: int
-    pid: int
-    t: float
-
-
 def read_changes(sql: SQL) -> list[Change]:
     rows = sql(
         f"SELECT seq, job_id, old_status, new_status, attempts, execution_id, lease_expired, "
         f"txid, at FROM {ORACLE_SCHEMA}.status_change ORDER BY seq"
     )
     return [Change(*row) for row in rows]
-
-
-def read_runs(path: Path) -> list[Run]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        event, job, execution, attempt, pid, t = line.split()
-        out.append(Run(event, int(job), int(execution), int(attempt), int(pid), float(t)))
-    return out
 
 
 @dataclass(slots=True)

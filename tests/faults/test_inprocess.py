@@ -27,6 +27,7 @@ from acta_sqla.worker.claimer import Claimer
 from acta_sqla.worker.executor import Executor
 from acta_sqla.worker.inflight import Entry, EntryState
 from acta_sqla.worker.recovery import run_recovery
+from tests.harness import RUNS_LOG_VAR
 from tests.waiting import until
 
 from . import oracle
@@ -51,7 +52,7 @@ async def started(worker: Worker, task: asyncio.Task[None]) -> None:
 
 @pytest.fixture
 def log_runs(runs_log: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ACTA_FAULTS_LOG", str(runs_log))
+    monkeypatch.setenv(RUNS_LOG_VAR, str(runs_log))
     return runs_log
 
 
@@ -132,7 +133,7 @@ async def test_sigterm_hands_claimed_but_unstarted_rows_back_uncharged_at_once(
 
     # Handed back rows are ordinary ready rows: the next worker runs them, charged once.
     monkeypatch.undo()
-    monkeypatch.setenv("ACTA_FAULTS_LOG", str(log_runs))
+    monkeypatch.setenv(RUNS_LOG_VAR, str(log_runs))
     await drain(acta, settings=settings(faults_db, heartbeat_interval=0.5))
     oracle.check(sql, log_runs, jobs=ids, attempts=1, max_starts=1)
 
