@@ -13,8 +13,9 @@ from ._render import TERMINAL, quote
 def select_expired(schema: str) -> str:
     """Recovery, step 1a: up to $2 rows of namespace $1 whose lease ran out, oldest first,
     with what Python needs to decide their completion (``ExpiredLease``'s columns, in its
-    order): attempts, the budget inputs, whether the attempt is known to have started, and
-    whether the job was already lost unstarted before. SKIP LOCKED: a row its worker is
+    order): attempts, the budget inputs, whether the attempt is known to have started,
+    whether it was claimed alone (the job was a suspect: the claim never batches one with
+    others), and whether the job was lost before. SKIP LOCKED: a row its worker is
     writing right now is left to that write. No decision here: ``worker/completions.py``
     makes it, and :func:`finish_expired` applies it."""
     s = quote(schema)
@@ -23,11 +24,11 @@ def select_expired(schema: str) -> str:
                (d.overrides->>'max_attempts')::int AS override_max_attempts,
                (d.declared->>'max_attempts')::int AS declared_max_attempts,
                j.started_at IS NOT NULL AS started,
+               j.suspect AS alone,
                EXISTS (
                    SELECT 1 FROM {s}.execution e
                    WHERE e.job_id = j.id AND e.outcome = '{Outcome.LOST.value}'
-                     AND e.started_at IS NULL
-               ) AS lost_unstarted_before,
+               ) AS lost_before,
                j.worker_id
         FROM {s}.job j
         LEFT JOIN {s}.definition d ON d.namespace = j.namespace AND d.kind = j.kind
@@ -43,6 +44,20 @@ def finish_expired(schema: str) -> str:
     fenced finish's (job, execution, 'executing'), plus the lease still expired, so a row
     renewed since step 1a (its worker was only slow) is left alone."""
     return complete.compose(schema, extra_guard=complete.LEASE_STILL_EXPIRED)
+
+
+def mark_suspects(schema: str) -> str:
+    """Recovery, step 1c: the jobs recovery decided to isolate ($1 ids, $2 the lost
+    executions) become suspects: the claim runs each alone from now on. Guard: the row is
+    still 'ready' after that very execution, so a row claimed again since the finish keeps
+    its flag for that attempt (the flag never changes during an attempt: recovery reads it
+    as "this attempt was claimed alone")."""
+    s = quote(schema)
+    return f"""
+        UPDATE {s}.job AS j SET suspect = true
+        FROM unnest($1::bigint[], $2::bigint[]) AS m(job_id, execution_id)
+        WHERE j.id = m.job_id AND j.id = ANY ($1::bigint[])
+          AND j.execution_id = m.execution_id AND j.status = 'ready' AND NOT j.suspect"""
 
 
 def mark_dead_workers(schema: str) -> str:
