@@ -413,27 +413,18 @@ class WorkerStore:
     ) -> list[tuple[int, JobStatus, bool]]:
         """Recovery, step 1: up to ``limit`` rows whose lease ran out, each ended by the
         completion ``decide`` builds for it (worker/completions.py), applied through the
-        completion's own fenced finish; (id, status, charged) of those applied. Then the
-        jobs ``decide`` made suspects are marked so (claimed alone from now on). Separate
-        statements, no transaction between them: the finish is fenced by execution, status
-        and the lease still expired, so a row renewed or written in between is left alone;
-        the mark is fenced by the lost execution and status 'ready', so a row claimed again
-        in between is left as it is (it is marked at its next loss, if it has one)."""
+        completion's own fenced finish, which also makes the jobs ``decide`` isolates
+        suspects; (id, status, charged) of those applied. Two statements, no transaction
+        between them: the finish is fenced by execution, status and the lease still
+        expired, so a row renewed or written in between is left alone."""
         found = await self.admin_conn.fetch(self.sql.select_expired, self.namespace, limit)
         if not found:
             return []
         decisions = [decide(ExpiredLease._make(r)) for r in found]
         batch = [d.completion for d in decisions]
+        isolate = [d.completion.job_id for d in decisions if d.isolate]
         core, features = complete.encode(batch)
-        rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features)
-        applied = {r[0] for r in rows}
-        suspects = [d.completion for d in decisions if d.isolate and d.completion.job_id in applied]
-        if suspects:
-            await self.admin_conn.execute(
-                self.sql.mark_suspects,
-                [c.job_id for c in suspects],
-                [c.execution_id for c in suspects],
-            )
+        rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features, isolate)
         charged = {c.job_id: not c.refund for c in batch}
         return [(r[0], JobStatus(r[1]), charged[r[0]]) for r in rows]
 

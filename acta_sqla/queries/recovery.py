@@ -40,24 +40,17 @@ def select_expired(schema: str) -> str:
 
 def finish_expired(schema: str) -> str:
     """Recovery, step 1b: the completions Python built for the expired rows, applied by the
-    same parts as complete_executions (so the same terminal effects follow). Guard: the
-    fenced finish's (job, execution, 'executing'), plus the lease still expired, so a row
-    renewed since step 1a (its worker was only slow) is left alone."""
-    return complete.compose(schema, extra_guard=complete.LEASE_STILL_EXPIRED)
-
-
-def mark_suspects(schema: str) -> str:
-    """Recovery, step 1c: the jobs recovery decided to isolate ($1 ids, $2 the lost
-    executions) become suspects: the claim runs each alone from now on. Guard: the row is
-    still 'ready' after that very execution, so a row claimed again since the finish keeps
-    its flag for that attempt (the flag never changes during an attempt: recovery reads it
-    as "this attempt was claimed alone")."""
-    s = quote(schema)
-    return f"""
-        UPDATE {s}.job AS j SET suspect = true
-        FROM unnest($1::bigint[], $2::bigint[]) AS m(job_id, execution_id)
-        WHERE j.id = m.job_id AND j.id = ANY ($1::bigint[])
-          AND j.execution_id = m.execution_id AND j.status = 'ready' AND NOT j.suspect"""
+    same parts as complete_executions (so the same terminal effects follow); the jobs of
+    $4 (ids Python decided to isolate) become suspects in the same fenced write, so no
+    claim can take one between its loss and its mark, and the flag never changes during
+    an attempt (recovery reads it as "this attempt was claimed alone"). Guard: the fenced
+    finish's (job, execution, 'executing'), plus the lease still expired, so a row renewed
+    since step 1a (its worker was only slow) is left alone."""
+    return complete.compose(
+        schema,
+        extra_guard=complete.LEASE_STILL_EXPIRED,
+        extra_set="suspect = j.suspect OR j.id = ANY ($4::bigint[])",
+    )
 
 
 def mark_dead_workers(schema: str) -> str:

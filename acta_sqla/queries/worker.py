@@ -33,6 +33,5 @@ class WorkerSQL:
         self.release_lock = locks.release_lock(schema)
         self.select_expired = recovery.select_expired(schema)
         self.finish_expired = recovery.finish_expired(schema)
-        self.mark_suspects = recovery.mark_suspects(schema)
         self.mark_dead_workers = recovery.mark_dead_workers(schema)
         self.prune_finished = recovery.prune_finished(schema)

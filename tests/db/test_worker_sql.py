@@ -386,7 +386,11 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
             (complete.encode(batch)[0], store.worker_id, "{}"),
         ),
         # Recovery's finish is the same parts under one more guard: by primary key too.
-        ("finish_expired", store.sql.finish_expired, (complete.encode(batch)[0], None, "{}")),
+        (
+            "finish_expired",
+            store.sql.finish_expired,
+            (complete.encode(batch)[0], None, "{}", [batch[0].job_id]),
+        ),
         (
             "heartbeat",
             store.sql.heartbeat,
@@ -620,9 +624,13 @@ async def test_recovery_leaves_a_row_renewed_since_it_was_read(
     assert [c.job_id for c in batch] == [job_id]
     await store.heartbeat([(job.id, job.execution_id, True)])  # the renewal
     core, features = complete.encode(batch)
-    assert await store.admin_conn.fetch(store.sql.finish_expired, core, None, features) == []
+    assert (
+        await store.admin_conn.fetch(store.sql.finish_expired, core, None, features, [job_id]) == []
+    )
     r = await row(conn, job_id)
     assert (r["status"], r["attempts"]) == ("executing", 1)
+    # Nor is it made a suspect mid-attempt: the flag would read as "claimed alone".
+    assert r["suspect"] is False
     assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
 
 
@@ -734,17 +742,3 @@ async def test_recovery_charges_only_what_it_must_and_the_culprit_names_itself(
     lost_innocent = [h for h in history if h["job_id"] != culprit and h["outcome"] == "lost"]
     assert len(lost_innocent) == 2
     assert all("not charged" in h["error_message"] for h in lost_innocent)
-
-
-async def test_a_row_claimed_again_since_its_loss_is_not_marked_mid_attempt(
-    conn: asyncpg.Connection, store: WorkerStore
-) -> None:
-    """The suspect flag never changes during an attempt (recovery reads it as "claimed
-    alone"): the mark is fenced by the lost execution and status 'ready'."""
-    [job_id] = await insert(conn)
-    [first] = await store.claim_jobs(1)
-    await conn.execute("UPDATE acta.job SET status = 'ready' WHERE id = $1", job_id)
-    [second] = await store.claim_jobs(1)
-    await store.admin_conn.execute(store.sql.mark_suspects, [job_id], [first.execution_id])
-    assert (await row(conn, job_id))["suspect"] is False
-    assert second.execution_id != first.execution_id

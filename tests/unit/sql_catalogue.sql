@@ -198,9 +198,12 @@ SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
        EXISTS (SELECT 1 FROM beat) AS worker_found;
 
 -- recovery.finish_expired: Recovery, step 1b: the completions Python built for the expired rows,
---   applied by the same parts as complete_executions (so the same terminal effects follow). Guard:
---   the fenced finish's (job, execution, 'executing'), plus the lease still expired, so a row
---   renewed since step 1a (its worker was only slow) is left alone.
+--   applied by the same parts as complete_executions (so the same terminal effects follow); the
+--   jobs of $4 (ids Python decided to isolate) become suspects in the same fenced write, so no
+--   claim can take one between its loss and its mark, and the flag never changes during an attempt
+--   (recovery reads it as "this attempt was claimed alone"). Guard: the fenced finish's (job,
+--   execution, 'executing'), plus the lease still expired, so a row renewed since step 1a (its
+--   worker was only slow) is left alone.
 WITH c AS (
     SELECT (e->>0)::bigint AS job_id,
            (e->>1)::bigint AS execution_id,
@@ -241,7 +244,8 @@ done AS (
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
         worker_id = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        suspect = j.suspect OR j.id = ANY ($4::bigint[])
     FROM c
     -- Each row is looked up by primary key (id = ANY of the batch's ids): the
     -- planner must never scan the executing set, whose statistics are stale
@@ -282,16 +286,6 @@ slots AS (
     RETURNING 1
 )
 SELECT id FROM dead;
-
--- recovery.mark_suspects: Recovery, step 1c: the jobs recovery decided to isolate ($1 ids, $2 the
---   lost executions) become suspects: the claim runs each alone from now on. Guard: the row is
---   still 'ready' after that very execution, so a row claimed again since the finish keeps its flag
---   for that attempt (the flag never changes during an attempt: recovery reads it as "this attempt
---   was claimed alone").
-UPDATE "acta".job AS j SET suspect = true
-FROM unnest($1::bigint[], $2::bigint[]) AS m(job_id, execution_id)
-WHERE j.id = m.job_id AND j.id = ANY ($1::bigint[])
-  AND j.execution_id = m.execution_id AND j.status = 'ready' AND NOT j.suspect;
 
 -- recovery.prune_finished: Recovery, step 3: finished jobs past their kind's retention, one bounded
 --   chunk.
