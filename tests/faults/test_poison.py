@@ -94,6 +94,8 @@ def test_a_worker_killing_job_fails_alone_and_its_batch_mates_are_never_charged(
     assert "alone" in error and f"attempt {POISON_BUDGET} of {POISON_BUDGET}" in error, error
     poison_starts = [r for r in oracle.read_runs(runs_log) if r.job_id == poison]
     assert len(poison_starts) == len(deaths), "every start of the poison job killed its worker"
+    # Its first crash took a batch down, uncharged; from then on it ran alone, charged.
+    assert len(deaths) == POISON_BUDGET + 1
     losses = charged_losses(sql)
     assert sum(charged for _, charged in losses[poison]) == POISON_BUDGET
 
