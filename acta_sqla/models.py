@@ -131,6 +131,9 @@ class Job(Base):
     last_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """``{"type": ..., "message": ...}`` of the latest failed attempt."""
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    suspect: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    """An attempt was lost with its worker before it was known to start: the job may be
+    the one that kills workers, so the claim runs it alone until it ends (migration 0005)."""
 
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=func.now(), server_default=func.now()
@@ -147,6 +150,15 @@ class Job(Base):
             "run_at",
             "id",
             postgresql_where=text("status = 'ready'"),
+        ),
+        # Due suspects, normally none: the claim asks whether one is due with one probe.
+        Index(
+            "job_suspect_idx",
+            "namespace",
+            "priority",
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'ready' AND suspect"),
         ),
         # When the claim finds nothing, the claimer sleeps until the next ready row is due.
         Index("job_due_idx", "namespace", "run_at", postgresql_where=text("status = 'ready'")),

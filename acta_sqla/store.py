@@ -20,7 +20,14 @@ from .queries import complete
 from .queries.worker import WorkerSQL
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings
 from .status import JobStatus
-from .values import ClaimedJob, Completion, ExpiredLease, HeartbeatReport
+from .values import (
+    Claim,
+    ClaimedJob,
+    Completion,
+    ExpiredDecision,
+    ExpiredLease,
+    HeartbeatReport,
+)
 
 __all__ = [
     "Definitions",
@@ -294,9 +301,10 @@ class WorkerStore:
             if sql is not None:
                 await rc.fetch(sql, *args)
 
-        lease = self.timings.lease
+        lease, ns = self.timings.lease, self.namespace
         await asyncio.gather(
-            ready(self.claim_conn, self.sql.claim_jobs, self.namespace, 0, self.worker_id, lease),
+            # alone=False: the prepared claim never takes a suspect (nor anything: limit 0).
+            ready(self.claim_conn, self.sql.claim_jobs, ns, 0, self.worker_id, lease, False),
             ready(self.complete_conn, self.sql.complete_executions, "[]", self.worker_id, "{}"),
             ready(self.heartbeat_conn),
         )
@@ -327,12 +335,20 @@ class WorkerStore:
 
     # -------------------------------------------------------------- the hot path
 
-    async def claim_jobs(self, limit: int) -> list[ClaimedJob]:
+    async def claim(self, limit: int, alone: bool) -> Claim:
+        """Up to ``limit`` due rows; ``alone``: this worker has nothing in flight, so it may
+        take a due suspect (and then only that one). See ``queries.claim.claim_jobs``."""
         rows = await self.claim_conn.fetch(
-            self.sql.claim_jobs, self.namespace, limit, self.worker_id, self.timings.lease
+            self.sql.claim_jobs, self.namespace, limit, self.worker_id, self.timings.lease, alone
         )
         make = ClaimedJob._make
-        return [make(r) for r in rows]
+        # The last column is the statement's suspect_due; a row of NULLs means no job.
+        jobs = [make(r[:-1]) for r in rows if r[0] is not None]
+        return Claim(jobs, bool(rows[0][-1]) if rows else False)
+
+    async def claim_jobs(self, limit: int, alone: bool = False) -> list[ClaimedJob]:
+        """The rows of :meth:`claim` (tests and tools that only want the jobs)."""
+        return (await self.claim(limit, alone)).jobs
 
     async def next_due_in(self) -> float | None:
         rows = await self.claim_conn.fetch(self.sql.next_due_in, self.namespace)
@@ -405,19 +421,22 @@ class WorkerStore:
         )
 
     async def recover_expired(
-        self, limit: int, decide: Callable[[ExpiredLease], Completion]
+        self, limit: int, decide: Callable[[ExpiredLease], ExpiredDecision]
     ) -> list[tuple[int, JobStatus, bool]]:
         """Recovery, step 1: up to ``limit`` rows whose lease ran out, each ended by the
         completion ``decide`` builds for it (worker/completions.py), applied through the
-        completion's own fenced finish; (id, status, charged) of those applied. Two
-        statements, no transaction between them: the finish is fenced by execution, status
-        and the lease still expired, so a row renewed or written in between is left alone."""
+        completion's own fenced finish, which also makes the jobs ``decide`` isolates
+        suspects; (id, status, charged) of those applied. Two statements, no transaction
+        between them: the finish is fenced by execution, status and the lease still
+        expired, so a row renewed or written in between is left alone."""
         found = await self.admin_conn.fetch(self.sql.select_expired, self.namespace, limit)
         if not found:
             return []
-        batch = [decide(ExpiredLease._make(r)) for r in found]
+        decisions = [decide(ExpiredLease._make(r)) for r in found]
+        batch = [d.completion for d in decisions]
+        isolate = [d.completion.job_id for d in decisions if d.isolate]
         core, features = complete.encode(batch)
-        rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features)
+        rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features, isolate)
         charged = {c.job_id: not c.refund for c in batch}
         return [(r[0], JobStatus(r[1]), charged[r[0]]) for r in rows]
 

@@ -31,6 +31,19 @@ class ClaimedJob(NamedTuple):
     lane_key: str | None = None
     parent_id: int | None = None
     signals_json: str | None = None
+    alone: bool = False
+    """Claimed alone: a suspect (an earlier attempt was lost with its worker while the
+    database did not know it had started). The claimer runs it with nothing else in flight
+    and claims nothing more until it is done, so a loss of this attempt is its own."""
+
+
+class Claim(NamedTuple):
+    """What one claim statement answered."""
+
+    jobs: list[ClaimedJob]
+    suspect_due: bool
+    """A suspect is due: a claimer with work in flight took nothing (it must drain and
+    claim alone); a claimer with nothing in flight took the suspect alone."""
 
 
 class Outcome(StrEnum):
@@ -135,10 +148,21 @@ class ExpiredLease(NamedTuple):
     """The budget the kind's code declared, if stored."""
     started: bool
     """The database knows the attempt started (a heartbeat said so)."""
-    lost_unstarted_before: bool
-    """An earlier attempt of this job was lost before it was known to start."""
+    alone: bool
+    """The attempt was claimed alone (the job was a suspect): nothing else ran on its
+    worker, so its loss is its own."""
+    lost_before: bool
+    """An earlier attempt of this job was lost with its worker."""
     worker_id: int | None
     """The worker that held the lease."""
+
+
+class ExpiredDecision(NamedTuple):
+    """Recovery's decision for one expired lease (``completions.lease_expired``)."""
+
+    completion: Completion
+    isolate: bool
+    """Make the job a suspect: claimed alone from its next attempt on."""
 
 
 @dataclass(frozen=True, slots=True)

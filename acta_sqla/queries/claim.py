@@ -23,15 +23,37 @@ def mint_execution_id(schema: str) -> str:
 def claim_jobs(schema: str) -> str:
     """Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order, moves each
     to 'executing', counts the attempt, and mints its execution id (the fencing token).
-    SKIP LOCKED: two claimers never take the same row, and never wait for each other."""
+    SKIP LOCKED: two claimers never take the same row, and never wait for each other.
+
+    Suspects (rows lost with their worker before they were known to start) are never put
+    in a batch with others: while one is due, a claimer with nothing in flight ($5, alone)
+    takes that suspect and nothing else, and a claimer with work in flight takes nothing
+    (it drains, then claims alone), so a suspect always runs alone and the worker's next
+    crash, if it causes one, is its own. Answers the claimed rows in claim order (columns
+    in ClaimedJob's order), each with ``suspect_due``; when nothing was claimed, ONE row of
+    NULLs carrying ``suspect_due`` (the claimer must know it held back for a suspect)."""
     s = quote(schema)
     return f"""
-        WITH picked AS (
+        WITH suspect AS (
+            -- Normally empty: one probe of the (empty) partial index of due suspects.
             SELECT id FROM {s}.job
-            WHERE namespace = $1 AND status = 'ready' AND run_at <= now()
+            WHERE namespace = $1 AND status = 'ready' AND suspect AND run_at <= now()
+            ORDER BY priority, run_at, id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED
+        ),
+        plain AS (
+            SELECT id FROM {s}.job
+            WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
+              AND NOT EXISTS (SELECT 1 FROM suspect)
             ORDER BY priority, run_at, id
             LIMIT $2
             FOR UPDATE SKIP LOCKED
+        ),
+        picked AS (
+            SELECT id FROM suspect WHERE $5::bool AND $2 > 0
+            UNION ALL
+            SELECT id FROM plain
         ),
         claimed AS (
             UPDATE {s}.job AS j SET
@@ -47,12 +69,16 @@ def claim_jobs(schema: str) -> str:
             WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
             RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
                       j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
-                      j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
+                      j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at,
+                      j.suspect
         )
         -- In claim order (the executors take them so); columns in ClaimedJob's order.
-        SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
-               concurrency_key, rate_key, lane_key, parent_id, signals
-        FROM claimed ORDER BY priority, run_at, id"""
+        SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
+               c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
+               c.suspect AS alone, w.suspect_due
+        FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
+        LEFT JOIN claimed c ON true
+        ORDER BY c.priority, c.run_at, c.id"""
 
 
 def next_due_in(schema: str) -> str:

@@ -88,13 +88,15 @@ planner checks it on each row found by primary key instead of scanning the lease
 and hashing it against the batch (tests/db/test_worker_sql.py checks the plan)."""
 
 
-def fenced_finish(schema: str, extra_guard: str = "") -> str:
+def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> str:
     """``done``: each completion applied to its job. Guard: the row must still be
     'executing' under the same execution id, so a repeated or late write (another worker
     took the row, recovery reclaimed it, or this write landed already) matches nothing
     and is reported as lease lost, never applied twice. ``extra_guard`` adds a condition
-    (recovery: :data:`LEASE_STILL_EXPIRED`)."""
+    (recovery: :data:`LEASE_STILL_EXPIRED`); ``extra_set`` one more assignment, applied in
+    the same fenced write (recovery: a lost job becomes a suspect)."""
     s = quote(schema)
+    more = f",\n                {extra_set}" if extra_set else ""
     return f"""done AS (
             UPDATE {s}.job AS j SET
                 -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
@@ -115,7 +117,7 @@ def fenced_finish(schema: str, extra_guard: str = "") -> str:
                                      OR (c.cancel_wins AND j.cancel_requested)
                                    THEN now() END,
                 worker_id = NULL,
-                lease_expires_at = NULL
+                lease_expires_at = NULL{more}
             FROM c
             -- Each row is looked up by primary key (id = ANY of the batch's ids): the
             -- planner must never scan the executing set, whose statistics are stale
@@ -170,11 +172,19 @@ spawns, a schedule's next fire, a lane's hand-on (each fed by ``Completion.featu
 
 
 def compose(
-    schema: str, extra_guard: str = "", features: Sequence[FeaturePart] = FEATURE_PARTS
+    schema: str,
+    extra_guard: str = "",
+    features: Sequence[FeaturePart] = FEATURE_PARTS,
+    extra_set: str = "",
 ) -> str:
     """The parts in order, as ONE statement: ``$1`` core input, ``$2`` the writing worker,
     ``$3`` features. Answers (id, status) of every job the finish applied."""
-    parts = [INPUT, FEATURE_INPUT, fenced_finish(schema, extra_guard), history(schema)]
+    parts = [
+        INPUT,
+        FEATURE_INPUT,
+        fenced_finish(schema, extra_guard, extra_set),
+        history(schema),
+    ]
     parts += [f"{p.name} AS ({p.build(schema)})" for p in features]
     return "\n        WITH " + ",\n        ".join(parts) + "\n        SELECT id, status FROM done"
 

@@ -13,8 +13,9 @@ from ._render import TERMINAL, quote
 def select_expired(schema: str) -> str:
     """Recovery, step 1a: up to $2 rows of namespace $1 whose lease ran out, oldest first,
     with what Python needs to decide their completion (``ExpiredLease``'s columns, in its
-    order): attempts, the budget inputs, whether the attempt is known to have started, and
-    whether the job was already lost unstarted before. SKIP LOCKED: a row its worker is
+    order): attempts, the budget inputs, whether the attempt is known to have started,
+    whether it was claimed alone (the job was a suspect: the claim never batches one with
+    others), and whether the job was lost before. SKIP LOCKED: a row its worker is
     writing right now is left to that write. No decision here: ``worker/completions.py``
     makes it, and :func:`finish_expired` applies it."""
     s = quote(schema)
@@ -23,11 +24,11 @@ def select_expired(schema: str) -> str:
                (d.overrides->>'max_attempts')::int AS override_max_attempts,
                (d.declared->>'max_attempts')::int AS declared_max_attempts,
                j.started_at IS NOT NULL AS started,
+               j.suspect AS alone,
                EXISTS (
                    SELECT 1 FROM {s}.execution e
                    WHERE e.job_id = j.id AND e.outcome = '{Outcome.LOST.value}'
-                     AND e.started_at IS NULL
-               ) AS lost_unstarted_before,
+               ) AS lost_before,
                j.worker_id
         FROM {s}.job j
         LEFT JOIN {s}.definition d ON d.namespace = j.namespace AND d.kind = j.kind
@@ -39,10 +40,17 @@ def select_expired(schema: str) -> str:
 
 def finish_expired(schema: str) -> str:
     """Recovery, step 1b: the completions Python built for the expired rows, applied by the
-    same parts as complete_executions (so the same terminal effects follow). Guard: the
-    fenced finish's (job, execution, 'executing'), plus the lease still expired, so a row
-    renewed since step 1a (its worker was only slow) is left alone."""
-    return complete.compose(schema, extra_guard=complete.LEASE_STILL_EXPIRED)
+    same parts as complete_executions (so the same terminal effects follow); the jobs of
+    $4 (ids Python decided to isolate) become suspects in the same fenced write, so no
+    claim can take one between its loss and its mark, and the flag never changes during
+    an attempt (recovery reads it as "this attempt was claimed alone"). Guard: the fenced
+    finish's (job, execution, 'executing'), plus the lease still expired, so a row renewed
+    since step 1a (its worker was only slow) is left alone."""
+    return complete.compose(
+        schema,
+        extra_guard=complete.LEASE_STILL_EXPIRED,
+        extra_set="suspect = j.suspect OR j.id = ANY ($4::bigint[])",
+    )
 
 
 def mark_dead_workers(schema: str) -> str:

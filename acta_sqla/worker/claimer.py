@@ -10,15 +10,24 @@ from typing import Any, Protocol
 from loguru import logger
 
 from ..settings import IDLE_JITTER_SECONDS, POLL_FLOOR_SECONDS, Timings
-from ..values import ClaimedJob
+from ..values import Claim
 from .clock import Clock, Timer
 from .inflight import Entry, Permits, Registry
 
 log = logger.bind(stage="claimer")
 
 
+DRAIN_PROBE_SECONDS = 0.1
+"""While a suspect is due and this worker still has work in flight, it claims nothing and
+asks again this often (or as soon as it has drained): another worker may take the
+suspect first, and then this one goes back to claiming at once."""
+
+DRAIN_CHECK_SECONDS = 0.01
+"""How often a draining worker looks whether its last entry is gone (a length check)."""
+
+
 class ClaimStore(Protocol):
-    async def claim_jobs(self, limit: int) -> list[ClaimedJob]: ...
+    async def claim(self, limit: int, alone: bool) -> Claim: ...
     async def next_due_in(self) -> float | None: ...
 
 
@@ -28,6 +37,13 @@ class Claimer:
     asking again, so the next claim asks for every permit they freed instead of the one or
     two free at that instant. An empty claim sleeps until the next row is due (50 ms..1 s,
     jittered up to 100 ms); a wake-up ends the sleep early. A failed claim backs off 1 s.
+
+    Suspects (jobs lost with a worker before they were known to start) run alone, so that
+    a job that kills its worker takes nothing else down and its next loss names it: the
+    claim tells whether a suspect is due; a worker with work in flight then claims nothing
+    and drains (asking again every ``DRAIN_PROBE_SECONDS``, in case another worker took
+    it), and a worker with nothing in flight takes the suspect alone, then claims nothing
+    more until it is done. Plain claims pay one probe of an empty index for this.
     """
 
     def __init__(
@@ -64,6 +80,10 @@ class Claimer:
         self._timer: Timer | None = None
         self._timer_at = float("inf")
         self._rng = random.Random()
+        self._isolated = False
+        """A suspect was claimed alone: claim nothing until the registry is empty."""
+        self._suspect_due = False
+        """The last claim held back for a due suspect: drain, then claim alone."""
 
     def wake(self) -> None:
         """End an idle sleep now (a NOTIFY arrived, or this process made a row due)."""
@@ -111,14 +131,22 @@ class Claimer:
 
     async def run_once(self) -> int:
         """One claim: returns the number of rows claimed."""
+        if self._isolated or self._suspect_due:
+            # A suspect runs alone until it is done; for a due suspect, drain first (but
+            # ask again now and then: another worker may have taken it).
+            await self._drain(None if self._isolated else DRAIN_PROBE_SECONDS)
+            self._isolated = False
+            if self.stopping:
+                return 0
         permits = await self.permits.take_all()
         if self.stopping:
             self.permits.release(permits)
             return 0
         self.wake_event.clear()
         started = self.clock.now()
+        alone = len(self.registry) == 0
         try:
-            jobs = await self.store.claim_jobs(permits)
+            claim = await self.store.claim(permits, alone)
         except Exception as exc:
             self.permits.release(permits)
             log.bind(event="claim_failed").warning(
@@ -126,9 +154,13 @@ class Claimer:
             )
             await self.clock.wait(self._stop, self.safety_poll)
             return 0
+        jobs = claim.jobs
         self.permits.release(permits - len(jobs))
         self.claims += 1
+        self._suspect_due = claim.suspect_due and not jobs
         if not jobs:
+            if self._suspect_due:
+                return 0  # held back for a suspect: not idle, drain (next run_once)
             if not self.idle.is_set():
                 self.idle.set()
                 if self._on_idle is not None:
@@ -137,6 +169,13 @@ class Claimer:
             return 0
         self.idle.clear()
         self.claimed_rows += len(jobs)
+        if jobs[0].alone:
+            self._isolated = True
+            log.bind(event="suspect_claimed", job_id=jobs[0].id, kind=jobs[0].kind).info(
+                "job {} ({}) runs alone: an earlier attempt was lost with its worker",
+                jobs[0].id,
+                jobs[0].kind,
+            )
         # Rows leave in claim order (the statement returns them so); the deadline counts
         # from the claim's start, because the lease the database gave them counts from the
         # same statement.
@@ -148,6 +187,20 @@ class Claimer:
             self._on_claim(len(jobs), self.clock.now() - started)
         await self.claimed.join()
         return len(jobs)
+
+    async def _drain(self, at_most: float | None) -> None:
+        """Wait until nothing is in flight (every entry's completion has landed), for at
+        most ``at_most`` seconds (None: however long it takes), or until stopped. Polled:
+        the registry has no event for "empty", and this runs only around suspects."""
+        until = None if at_most is None else self.clock.now() + at_most
+        while len(self.registry) and not self.stopping:
+            step = DRAIN_CHECK_SECONDS
+            if until is not None:
+                left = until - self.clock.now()
+                if left <= 0:
+                    return
+                step = min(step, left)
+            await self.clock.wait(self._stop, step)
 
     async def _idle_sleep(self) -> None:
         try:

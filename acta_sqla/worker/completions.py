@@ -11,8 +11,8 @@ Shapes: :func:`succeeded`, :func:`failed` (retried under the budget, ``failed`` 
 is spent), :func:`retry_at`, :func:`fail_now`, :func:`cancelled`, :func:`interrupted`,
 :func:`handback`, :func:`stopped` (the alarm: timeout, lease or lock lost, a cancel, an
 interruption), :func:`refused` (the database refused a completion's data) and
-:func:`lease_expired` (recovery). Rules: :func:`budget`, :func:`cancel_wins` and
-:func:`loss_is_charged`.
+:func:`lease_expired` (recovery). Rules: :func:`budget`, :func:`cancel_wins`,
+:func:`loss_is_charged` and :func:`isolate_after_loss`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import NamedTuple
 from ..policy import Policy
 from ..settings import MAX_TRACEBACK_CHARS
 from ..status import JobStatus
-from ..values import ClaimedJob, Completion, ExpiredLease, Features, Outcome
+from ..values import ClaimedJob, Completion, ExpiredDecision, ExpiredLease, Features, Outcome
 
 READY, SUCCEEDED, FAILED, CANCELLED = (
     JobStatus.READY,
@@ -58,13 +58,24 @@ def cancel_wins(status: JobStatus) -> bool:
 
 
 def loss_is_charged(lost: ExpiredLease) -> bool:
-    """Recovery charges a lost attempt only if the database knows it started (a heartbeat
-    said so). An attempt that dies within one beat of its start is, as far as the database
-    knows, unstarted; such a loss is charged all the same the second time it happens to
-    the same job, so a job that kills its worker at once ends ``failed`` after its budget
-    instead of looping forever, while a job that merely shared a claim with it pays at
-    most once."""
-    return lost.started or lost.lost_unstarted_before
+    """Recovery charges a lost attempt when the loss is the job's own as far as the
+    database can tell: the attempt was claimed alone (nothing else ran on its worker, so
+    if the worker died, it died running this job), or the database knows it had started
+    (a heartbeat said so: the worker crashed or stalled while running it, the classic
+    lease loss). An attempt lost before it was known to start, among others, is never
+    charged: a worker killed by one of its jobs within a beat of a claim loses the whole
+    batch "unstarted", and nothing tells the culprit from its batch-mates. Such a job is
+    isolated instead (:func:`isolate_after_loss`), and its next loss, alone, names it."""
+    return lost.alone or lost.started
+
+
+def isolate_after_loss(lost: ExpiredLease) -> bool:
+    """Make the job a suspect, claimed alone from its next attempt on: it was lost among
+    others before it was known to start (it may be the job that kills its worker at once),
+    or lost among others a second time (it may kill its worker a while after it starts:
+    charged each time, but from then on it runs alone, so it stops taking other jobs'
+    attempts down with it). A job claimed alone stays a suspect."""
+    return not lost.alone and (not lost.started or lost.lost_before)
 
 
 def error_fields(exc: BaseException) -> ErrorFields:
@@ -235,33 +246,42 @@ def refused(completion: Completion, why: str) -> Completion:
     )
 
 
-def lease_expired(lost: ExpiredLease, default_budget: int) -> Completion:
+def lease_expired(lost: ExpiredLease, default_budget: int) -> ExpiredDecision:
     """Recovery's completion of a row whose lease ran out (its worker crashed or stalled):
     charged by :func:`loss_is_charged`, then ``failed`` if the budget is spent, else
-    ``ready`` now. An operator's cancel ends it ``cancelled`` whatever else. An uncharged
-    loss leaves the job's ``last_error`` alone (it was never the job's failure); its
-    Execution row says what happened all the same."""
+    ``ready`` now; isolated by :func:`isolate_after_loss`. An operator's cancel ends it
+    ``cancelled`` whatever else. An uncharged loss leaves the job's ``last_error`` alone (it
+    was never the job's failure); its Execution row says what happened all the same. Each
+    message says only what the database knows."""
     charged = loss_is_charged(lost)
+    isolate = isolate_after_loss(lost)
     spent = budget(
         lost.max_attempts,
         _first(lost.override_max_attempts, lost.declared_max_attempts, default_budget),
     )
-    if not charged:
-        status, message = READY, "lease expired before the attempt was known to start"
+    status = FAILED if charged and lost.attempts >= spent else READY
+    if lost.alone:
+        message = (
+            "the worker stopped renewing its lease (crashed or stalled) while running this "
+            "job alone, as it runs every job lost with its worker before: charged, "
+            f"attempt {lost.attempts} of {spent}"
+        )
+    elif charged:
+        message = (
+            "the worker running this attempt stopped renewing its lease (crashed or stalled)"
+            f": charged, attempt {lost.attempts} of {spent}"
+        )
+        if isolate:
+            message += "; lost with its worker before, it runs alone from now on"
     else:
-        if lost.started:
-            message = (
-                "the worker running this attempt stopped renewing its lease (crashed or stalled)"
-            )
-        else:
-            message = (
-                "lease expired before the attempt was known to start, a second time for "
-                "this job: charged, so a job that kills its worker at once still ends"
-            )
-        status = FAILED if lost.attempts >= spent else READY
-        if status is FAILED:
-            message = f"{message}: attempt {lost.attempts} of {spent}, failure budget spent"
-    return Completion(
+        message = (
+            "the worker holding this attempt stopped renewing its lease before the attempt "
+            "was known to start, while it held other jobs: not charged; the job runs alone "
+            "from now on, so that a job that kills its worker names itself"
+        )
+    if status is FAILED:
+        message = f"{message}, failure budget spent"
+    completion = Completion(
         job_id=lost.id,
         execution_id=lost.execution_id,
         outcome=Outcome.LOST,
@@ -274,6 +294,7 @@ def lease_expired(lost: ExpiredLease, default_budget: int) -> Completion:
         keep_last_error=not charged,
         ran_by=lost.worker_id,
     )
+    return ExpiredDecision(completion, isolate)
 
 
 def _first(*values: int | None) -> int:

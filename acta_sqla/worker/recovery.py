@@ -4,7 +4,8 @@ Every step is its own short statement over bounded chunks, and each is fenced by
 and lease in its WHERE clause, so a worker that dies mid-pass holds nothing back: the next
 pass (one lease later, on any worker) simply finds what is left. Expired rows are ended by
 the completions ``completions.lease_expired`` decides, applied through the fenced finish
-of complete_executions (so the same terminal effects follow).
+of complete_executions (so the same terminal effects follow); the jobs it decides to
+isolate become suspects, which the claim runs alone (issue 10, item 2).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..settings import (
     RECOVERY_CHUNK,
 )
 from ..status import JobStatus
-from ..values import Completion, ExpiredLease
+from ..values import ExpiredDecision, ExpiredLease
 from . import completions
 
 log = logger.bind(stage="recovery")
@@ -31,7 +32,7 @@ log = logger.bind(stage="recovery")
 
 class RecoveryStore(Protocol):
     async def recover_expired(
-        self, limit: int, decide: Callable[[ExpiredLease], Completion]
+        self, limit: int, decide: Callable[[ExpiredLease], ExpiredDecision]
     ) -> list[tuple[int, JobStatus, bool]]: ...
     async def mark_dead_workers(self) -> list[int]: ...
     async def prune_finished(self, limit: int, default_retention: float) -> int: ...
@@ -46,7 +47,7 @@ class RecoveryResult:
     pruned: int = 0
 
 
-def decide_expired(lost: ExpiredLease) -> Completion:
+def decide_expired(lost: ExpiredLease) -> ExpiredDecision:
     """What becomes of a row whose lease ran out: completions.py decides (the budget's
     default is the seed's, as a kind's stored definition gives its own)."""
     return completions.lease_expired(lost, DEFAULT_MAX_ATTEMPTS)

@@ -16,7 +16,7 @@ from acta_sqla.queries import complete
 from acta_sqla.settings import Timings
 from acta_sqla.status import JobStatus
 from acta_sqla.store import WorkerStore
-from acta_sqla.values import Completion, ExpiredLease, Outcome
+from acta_sqla.values import Completion, ExpiredDecision, ExpiredLease, Outcome
 from acta_sqla.worker import completions
 from acta_sqla.worker.completions import handback
 from acta_sqla.worker.finalizer import Finalizer
@@ -379,14 +379,18 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
     await conn.execute(f"SET plan_cache_mode = {plan_mode}")
     plans = {}
     for name, sql, args in [
-        ("claim", store.sql.claim_jobs, ("default", 64, store.worker_id, 180.0)),
+        ("claim", store.sql.claim_jobs, ("default", 64, store.worker_id, 180.0, False)),
         (
             "complete",
             store.sql.complete_executions,
             (complete.encode(batch)[0], store.worker_id, "{}"),
         ),
         # Recovery's finish is the same parts under one more guard: by primary key too.
-        ("finish_expired", store.sql.finish_expired, (complete.encode(batch)[0], None, "{}")),
+        (
+            "finish_expired",
+            store.sql.finish_expired,
+            (complete.encode(batch)[0], None, "{}", [batch[0].job_id]),
+        ),
         (
             "heartbeat",
             store.sql.heartbeat,
@@ -421,6 +425,8 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
         assert "job_lease_idx" not in plan, f"{name}:\n{plan}"
         assert "Seq Scan on job" not in plan, f"{name}:\n{plan}"
     assert "job_claim_idx" in plans["claim"], plans["claim"]
+    # The suspect probe reads its own (empty) partial index, never the claim's.
+    assert "job_suspect_idx" in plans["claim"], plans["claim"]
 
 
 async def test_a_stale_execution_is_fenced_out(
@@ -475,7 +481,7 @@ async def test_heartbeat_renews_skips_locked_rows_and_reports_lost_ones(
     assert again.recovery_due is False  # moved one lease on by the first beat
 
 
-def recover_20(lost: ExpiredLease) -> Completion:
+def recover_20(lost: ExpiredLease) -> ExpiredDecision:
     """Recovery's decision with a default budget of 20."""
     return completions.lease_expired(lost, 20)
 
@@ -506,13 +512,10 @@ async def test_recovery_returns_expired_rows_charging_only_started_attempts(
         await store.complete_executions([completion(started, Outcome.SUCCEEDED, "succeeded")])
         == set()
     )
-    # A second loss of the same job before it is known to start is charged: a job that
-    # kills its worker at once still ends after its budget.
-    again = next(j for j in await store.claim_jobs(3) if j.id == unstarted.id)
-    await conn.execute(
-        "UPDATE acta.job SET lease_expires_at = now() - interval '1 second' WHERE id = $1", again.id
-    )
-    assert await store.recover_expired(100, recover_20) == [(unstarted.id, "ready", True)]
+    # The unstarted loss made the job a suspect (never charged, however often that
+    # happens among others); the started one, lost for the first time, did not.
+    assert (await row(conn, unstarted.id))["suspect"] is True
+    assert (await row(conn, started.id))["suspect"] is False
 
 
 async def test_recovery_marks_silent_workers_dead_and_frees_their_locks(
@@ -617,13 +620,17 @@ async def test_recovery_leaves_a_row_renewed_since_it_was_read(
     [job] = await store.claim_jobs(1)
     await conn.execute("UPDATE acta.job SET lease_expires_at = now() - interval '1 second'")
     found = await store.admin_conn.fetch(store.sql.select_expired, "default", 10)
-    batch = [recover_20(ExpiredLease._make(r)) for r in found]
+    batch = [recover_20(ExpiredLease._make(r)).completion for r in found]
     assert [c.job_id for c in batch] == [job_id]
     await store.heartbeat([(job.id, job.execution_id, True)])  # the renewal
     core, features = complete.encode(batch)
-    assert await store.admin_conn.fetch(store.sql.finish_expired, core, None, features) == []
+    assert (
+        await store.admin_conn.fetch(store.sql.finish_expired, core, None, features, [job_id]) == []
+    )
     r = await row(conn, job_id)
     assert (r["status"], r["attempts"]) == ("executing", 1)
+    # Nor is it made a suspect mid-attempt: the flag would read as "claimed alone".
+    assert r["suspect"] is False
     assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
 
 
@@ -654,3 +661,84 @@ async def test_recovery_ends_a_cancel_requested_row_cancelled_and_records_the_lo
     assert history[unstarted.id]["started_at"] is None
     assert history[started.id]["error_type"] == "acta.LeaseExpired"
     assert (await row(conn, started.id))["finished_at"] is not None
+
+
+# ------------------------------------------------------------------ suspects run alone
+
+
+async def lose(conn: asyncpg.Connection, *ids: int) -> None:
+    """The lease of ``ids`` ran out (backdated instead of waited for)."""
+    await conn.execute(
+        "UPDATE acta.job SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)",
+        list(ids),
+    )
+
+
+async def test_the_claim_never_puts_a_suspect_in_a_batch_with_others(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    plain = await insert(conn, 5)
+    [suspect] = await insert(conn, suspect=True)
+    [later] = await insert(conn, suspect=True)
+    await conn.execute(
+        "UPDATE acta.job SET run_at = now() + interval '1 hour' WHERE id = $1", later
+    )
+    # A worker with work in flight takes nothing while a suspect is due: it must drain.
+    held = await store.claim(10, alone=False)
+    assert held.jobs == [] and held.suspect_due
+    assert await conn.fetchval("SELECT count(*) FROM acta.job WHERE status = 'executing'") == 0
+    # A worker with nothing in flight takes the suspect, and only it.
+    alone = await store.claim(10, alone=True)
+    assert [(j.id, j.alone) for j in alone.jobs] == [(suspect, True)] and alone.suspect_due
+    # A suspect not yet due holds nothing back; plain rows are never claimed "alone".
+    rest = await store.claim(10, alone=True)
+    assert sorted(j.id for j in rest.jobs) == plain and not rest.suspect_due
+    assert not any(j.alone for j in rest.jobs)
+    assert (await row(conn, later))["status"] == "ready"
+    # A claim of nothing (the stage connection's prepare) takes no suspect either.
+    await conn.execute("UPDATE acta.job SET run_at = now() WHERE id = $1", later)
+    assert (await store.claim(0, alone=True)).jobs == []
+
+
+async def test_recovery_charges_only_what_it_must_and_the_culprit_names_itself(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """A worker dies with a batch it had not yet reported started: none of it is charged,
+    all of it becomes suspect; each suspect then runs alone, and the one that dies alone is
+    charged until its budget is spent, saying so."""
+    batch = await insert(conn, 3, max_attempts=2)
+    claimed = await store.claim_jobs(3)
+    assert sorted(j.id for j in claimed) == batch
+    await lose(conn, *batch)
+    rows = await store.recover_expired(100, recover_20)
+    assert sorted(rows) == [(j, "ready", False) for j in batch]
+    r = await conn.fetch(
+        "SELECT attempts, suspect FROM acta.job WHERE id = ANY($1) ORDER BY id", batch
+    )
+    assert [tuple(x) for x in r] == [(0, True)] * 3
+    # The innocent ones run alone and succeed; the culprit dies alone, twice.
+    culprit = batch[1]
+    for _ in range(3):
+        [one] = (await store.claim(10, alone=True)).jobs
+        assert one.alone
+        if one.id != culprit:
+            done = completions.succeeded(one, None, 0.01)
+            assert await store.complete_executions([done]) == {one.id}
+        else:
+            await lose(conn, one.id)
+            assert await store.recover_expired(100, recover_20) == [(culprit, "ready", True)]
+    [one] = (await store.claim(10, alone=True)).jobs
+    assert one.id == culprit
+    await lose(conn, culprit)
+    assert await store.recover_expired(100, recover_20) == [(culprit, "failed", True)]
+    r = await row(conn, culprit)
+    message = json.loads(r["last_error"])["message"]
+    assert "alone" in message and message.endswith("attempt 2 of 2, failure budget spent")
+    statuses = dict(await conn.fetch("SELECT id, status FROM acta.job WHERE id = ANY($1)", batch))
+    assert statuses == {batch[0]: "succeeded", culprit: "failed", batch[2]: "succeeded"}
+    history = await conn.fetch(
+        "SELECT job_id, outcome, error_message FROM acta.execution ORDER BY finished_at, id"
+    )
+    lost_innocent = [h for h in history if h["job_id"] != culprit and h["outcome"] == "lost"]
+    assert len(lost_innocent) == 2
+    assert all("not charged" in h["error_message"] for h in lost_innocent)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from acta_sqla.values import ClaimedJob, Completion, HeartbeatReport
+from acta_sqla.values import Claim, ClaimedJob, Completion, HeartbeatReport
 from tests.waiting import until as until
 
 
@@ -95,6 +95,8 @@ class FakeStore:
     def __init__(self) -> None:
         self.to_claim: list[list[ClaimedJob]] = []
         self.claim_asks: list[int] = []
+        self.alone_asks: list[bool] = []
+        self.suspect_due: list[bool] = []
         self.claim_errors: list[Exception] = []
         self.claim_called = asyncio.Event()
         self.next_due: float | None = None
@@ -117,6 +119,13 @@ class FakeStore:
         batch = self.to_claim.pop(0)
         assert len(batch) <= limit, f"claimed {len(batch)} rows for {limit} permits"
         return batch
+
+    async def claim(self, limit: int, alone: bool) -> Claim:
+        """``claim_jobs``, plus the suspect signal: ``suspect_due`` pops one answer per
+        claim (False once empty); ``alone_asks`` records each claim's ``alone``."""
+        self.alone_asks.append(alone)
+        jobs = await self.claim_jobs(limit)
+        return Claim(jobs, self.suspect_due.pop(0) if self.suspect_due else False)
 
     async def next_due_in(self) -> float | None:
         return self.next_due

@@ -4,12 +4,26 @@
 -- claim.claim_jobs: Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order,
 --   moves each to 'executing', counts the attempt, and mints its execution id (the fencing token).
 --   SKIP LOCKED: two claimers never take the same row, and never wait for each other.
-WITH picked AS (
+WITH suspect AS (
+    -- Normally empty: one probe of the (empty) partial index of due suspects.
     SELECT id FROM "acta".job
-    WHERE namespace = $1 AND status = 'ready' AND run_at <= now()
+    WHERE namespace = $1 AND status = 'ready' AND suspect AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+plain AS (
+    SELECT id FROM "acta".job
+    WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
+      AND NOT EXISTS (SELECT 1 FROM suspect)
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id FROM suspect WHERE $5::bool AND $2 > 0
+    UNION ALL
+    SELECT id FROM plain
 ),
 claimed AS (
     UPDATE "acta".job AS j SET
@@ -25,12 +39,16 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
-              j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at,
+              j.suspect
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
-SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
-       concurrency_key, rate_key, lane_key, parent_id, signals
-FROM claimed ORDER BY priority, run_at, id;
+SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
+       c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
+       c.suspect AS alone, w.suspect_due
+FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
+LEFT JOIN claimed c ON true
+ORDER BY c.priority, c.run_at, c.id;
 
 -- claim.next_due_in: Seconds until the next ready row of namespace $1 is due (None: none is
 --   waiting).
@@ -180,9 +198,12 @@ SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
        EXISTS (SELECT 1 FROM beat) AS worker_found;
 
 -- recovery.finish_expired: Recovery, step 1b: the completions Python built for the expired rows,
---   applied by the same parts as complete_executions (so the same terminal effects follow). Guard:
---   the fenced finish's (job, execution, 'executing'), plus the lease still expired, so a row
---   renewed since step 1a (its worker was only slow) is left alone.
+--   applied by the same parts as complete_executions (so the same terminal effects follow); the
+--   jobs of $4 (ids Python decided to isolate) become suspects in the same fenced write, so no
+--   claim can take one between its loss and its mark, and the flag never changes during an attempt
+--   (recovery reads it as "this attempt was claimed alone"). Guard: the fenced finish's (job,
+--   execution, 'executing'), plus the lease still expired, so a row renewed since step 1a (its
+--   worker was only slow) is left alone.
 WITH c AS (
     SELECT (e->>0)::bigint AS job_id,
            (e->>1)::bigint AS execution_id,
@@ -223,7 +244,8 @@ done AS (
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
         worker_id = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        suspect = j.suspect OR j.id = ANY ($4::bigint[])
     FROM c
     -- Each row is looked up by primary key (id = ANY of the batch's ids): the
     -- planner must never scan the executing set, whose statistics are stale
@@ -294,19 +316,20 @@ SELECT count(*) FROM gone;
 
 -- recovery.select_expired: Recovery, step 1a: up to $2 rows of namespace $1 whose lease ran out,
 --   oldest first, with what Python needs to decide their completion (``ExpiredLease``'s columns, in
---   its order): attempts, the budget inputs, whether the attempt is known to have started, and
---   whether the job was already lost unstarted before. SKIP LOCKED: a row its worker is writing
---   right now is left to that write. No decision here: ``worker/completions.py`` makes it, and
---   :func:`finish_expired` applies it.
+--   its order): attempts, the budget inputs, whether the attempt is known to have started, whether
+--   it was claimed alone (the job was a suspect: the claim never batches one with others), and
+--   whether the job was lost before. SKIP LOCKED: a row its worker is writing right now is left to
+--   that write. No decision here: ``worker/completions.py`` makes it, and :func:`finish_expired`
+--   applies it.
 SELECT j.id, j.execution_id, j.attempts, j.max_attempts,
        (d.overrides->>'max_attempts')::int AS override_max_attempts,
        (d.declared->>'max_attempts')::int AS declared_max_attempts,
        j.started_at IS NOT NULL AS started,
+       j.suspect AS alone,
        EXISTS (
            SELECT 1 FROM "acta".execution e
            WHERE e.job_id = j.id AND e.outcome = 'lost'
-             AND e.started_at IS NULL
-       ) AS lost_unstarted_before,
+       ) AS lost_before,
        j.worker_id
 FROM "acta".job j
 LEFT JOIN "acta".definition d ON d.namespace = j.namespace AND d.kind = j.kind
@@ -408,12 +431,12 @@ UPDATE acta.job SET status=%(status)s, cancel_requested=%(cancel_requested)s, fi
 
 -- session.insert_jobs_bulk: INSERT a batch of jobs from parallel arrays in one statement, in input
 --   order.
-INSERT INTO acta.job (namespace, kind, args, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, parent_id, status, attempts, pending_children, cancel_requested, created_at) SELECT src.namespace, src.kind, CAST(src.args AS JSONB) AS args, src.priority, coalesce(CAST(src.run_at AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(src.delay, %(coalesce_2)s))) AS coalesce_1, src.max_attempts, src.concurrency_key, src.rate_key, src.lane_key, src.unique_key, src.parent_id, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, now() AS now_1
+INSERT INTO acta.job (namespace, kind, args, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, parent_id, status, attempts, pending_children, cancel_requested, suspect, created_at) SELECT src.namespace, src.kind, CAST(src.args AS JSONB) AS args, src.priority, coalesce(CAST(src.run_at AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(src.delay, %(coalesce_2)s))) AS coalesce_1, src.max_attempts, src.concurrency_key, src.rate_key, src.lane_key, src.unique_key, src.parent_id, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, %(suspect)s AS anon_5, now() AS now_1
 FROM (SELECT unnest(%(namespace)s::TEXT[]) AS namespace, unnest(%(kind)s::TEXT[]) AS kind, unnest(%(args)s::TEXT[]) AS args, unnest(%(priority)s::SMALLINT[]) AS priority, unnest(%(run_at)s::TEXT[]) AS run_at, unnest(%(delay)s::DOUBLE PRECISION[]) AS delay, unnest(%(max_attempts)s::INTEGER[]) AS max_attempts, unnest(%(concurrency_key)s::TEXT[]) AS concurrency_key, unnest(%(rate_key)s::TEXT[]) AS rate_key, unnest(%(lane_key)s::TEXT[]) AS lane_key, unnest(%(unique_key)s::TEXT[]) AS unique_key, unnest(%(parent_id)s::BIGINT[]) AS parent_id, unnest(%(ord)s::INTEGER[]) AS ord) AS src ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.created_at, acta.job.finished_at;
+INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, suspect, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
 
 -- session.job_status: One job's status (cancel tells a finished job from a missing one).
 SELECT acta.job.status
@@ -430,7 +453,7 @@ UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTE
 
 -- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
 --   (enqueue returns it).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(unique_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
 
@@ -649,6 +672,7 @@ CREATE TABLE acta.job (
 	result JSONB,
 	last_error JSONB,
 	cancel_requested BOOLEAN DEFAULT 'false' NOT NULL,
+	suspect BOOLEAN DEFAULT 'false' NOT NULL,
 	created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
 	finished_at TIMESTAMP WITH TIME ZONE,
 	CONSTRAINT job_pkey PRIMARY KEY (id),
@@ -669,6 +693,9 @@ CREATE INDEX job_lease_idx ON acta.job (namespace, lease_expires_at) WHERE lease
 
 -- ddl.index.job_parent_idx
 CREATE INDEX job_parent_idx ON acta.job (parent_id) WHERE parent_id IS NOT NULL;
+
+-- ddl.index.job_suspect_idx
+CREATE INDEX job_suspect_idx ON acta.job (namespace, priority, run_at, id) WHERE status = 'ready' AND suspect;
 
 -- ddl.index.job_unique_key_idx
 CREATE UNIQUE INDEX job_unique_key_idx ON acta.job (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');

@@ -28,7 +28,8 @@ def lost(**kw: object) -> ExpiredLease:
         override_max_attempts=None,
         declared_max_attempts=None,
         started=True,
-        lost_unstarted_before=False,
+        alone=False,
+        lost_before=False,
         worker_id=3,
     )
     fields.update(kw)
@@ -150,22 +151,51 @@ def test_error_fields_qualify_the_type_and_strip_nul() -> None:
 
 
 def test_a_lost_attempt_that_started_is_charged_and_retried() -> None:
-    done = c.lease_expired(lost(started=True, attempts=1), 20)
+    done, isolate = c.lease_expired(lost(started=True, attempts=1), 20)
     assert (done.status, done.refund, done.outcome) == (JobStatus.READY, False, Outcome.LOST)
     assert done.error_type == "acta.LeaseExpired" and not done.keep_last_error
     assert done.ran_by == 3 and done.cancel_wins and done.record
+    assert "stopped renewing its lease" in (done.error_message or "")
+    assert "attempt 1 of 20" in (done.error_message or "")
+    assert not isolate  # a first loss of a started attempt: a crash or a stall, not a suspect
 
 
-def test_a_first_unstarted_loss_is_given_back_and_keeps_the_last_error() -> None:
-    done = c.lease_expired(lost(started=False), 20)
-    assert (done.status, done.refund, done.keep_last_error) == (JobStatus.READY, True, True)
-    assert "before the attempt was known to start" in (done.error_message or "")
+def test_an_unstarted_loss_among_others_is_given_back_and_isolates_the_job() -> None:
+    """A worker killed within a beat of a claim loses its whole batch "unstarted": nothing
+    tells the culprit from its batch-mates, so none is charged, however often it happens;
+    each becomes a suspect, claimed alone from now on."""
+    for before in (False, True):
+        row = lost(started=False, lost_before=before, attempts=5, max_attempts=5)
+        done, isolate = c.lease_expired(row, 20)
+        assert not c.loss_is_charged(row)
+        assert (done.status, done.refund, done.keep_last_error) == (JobStatus.READY, True, True)
+        assert "before the attempt was known to start" in (done.error_message or "")
+        assert "not charged" in (done.error_message or "")
+        assert isolate
 
 
-def test_a_second_unstarted_loss_is_charged() -> None:
-    again = lost(started=False, lost_unstarted_before=True)
-    assert c.loss_is_charged(again)
-    assert not c.lease_expired(again, 20).refund
+def test_a_loss_of_a_job_claimed_alone_is_charged_and_says_so() -> None:
+    """The culprit names itself: lost while it ran alone, started or not, it is charged,
+    ends failed once its budget is spent, and stays a suspect (isolate is for a change)."""
+    for started in (False, True):
+        row = lost(alone=True, started=started, lost_before=True, attempts=2, max_attempts=6)
+        done, isolate = c.lease_expired(row, 20)
+        assert c.loss_is_charged(row) and not done.refund and not done.keep_last_error
+        assert done.status is JobStatus.READY and not isolate
+        assert "alone" in (done.error_message or "")
+        assert "attempt 2 of 6" in (done.error_message or "")
+        last, _ = c.lease_expired(row._replace(attempts=6), 20)
+        assert last.status is JobStatus.FAILED
+        assert (last.error_message or "").endswith("attempt 6 of 6, failure budget spent")
+
+
+def test_a_second_started_loss_among_others_is_charged_and_isolates_the_job() -> None:
+    """A job that kills its worker a while after it starts is charged each time (the
+    database knew it ran); lost with its worker a second time, it runs alone from then on,
+    so it stops taking others' attempts down with it."""
+    done, isolate = c.lease_expired(lost(started=True, lost_before=True), 20)
+    assert not done.refund and isolate
+    assert "runs alone from now on" in (done.error_message or "")
 
 
 @pytest.mark.parametrize(
@@ -186,7 +216,8 @@ def test_recovery_spends_the_effective_budget(
         override_max_attempts=override,
         declared_max_attempts=declared,
     )
-    done = c.lease_expired(row, default)
+    done, _ = c.lease_expired(row, default)
     assert done.status is JobStatus.FAILED
     assert f"attempt {spent_at} of {spent_at}, failure budget spent" in (done.error_message or "")
-    assert c.lease_expired(row._replace(attempts=spent_at - 1), default).status is JobStatus.READY
+    again, _ = c.lease_expired(row._replace(attempts=spent_at - 1), default)
+    assert again.status is JobStatus.READY

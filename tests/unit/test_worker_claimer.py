@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from acta_sqla.settings import Timings
-from acta_sqla.worker.claimer import Claimer
+from acta_sqla.worker.claimer import DRAIN_PROBE_SECONDS, Claimer
 from acta_sqla.worker.inflight import Entry, Permits, Registry
 
 from .fakes import FakeClock, FakeStore, job, until
@@ -159,3 +159,94 @@ async def test_finding_nothing_after_work_tells_the_finalizer_once() -> None:
     await claimer.run_once()  # nothing due: the finalizer hears of it
     await claimer.run_once()  # still nothing: no second nudge
     assert idles == [2]
+
+
+# ------------------------------------------------------------------ suspects run alone
+
+
+async def take_all(claimed: asyncio.Queue[Entry | None]) -> list[Entry]:
+    out = []
+    while not claimed.empty():
+        entry = claimed.get_nowait()
+        claimed.task_done()
+        assert entry is not None
+        out.append(entry)
+    return out
+
+
+async def claim_one(claimer: Claimer, claimed: asyncio.Queue[Entry | None]) -> list[Entry]:
+    task = asyncio.create_task(claimer.run_once())
+    await until(lambda: not claimed.empty() or task.done())
+    entries = await take_all(claimed)
+    await task
+    return entries
+
+
+async def test_a_claim_may_take_a_suspect_only_with_nothing_in_flight() -> None:
+    store, registry, _p, claimed, claimer = make(8, FakeClock())
+    store.to_claim = [[job(1)], [job(2)]]
+    [first] = await claim_one(claimer, claimed)
+    await claim_one(claimer, claimed)
+    assert store.alone_asks == [True, False]  # job 1 was in flight at the second claim
+    assert len(registry) == 2 and first.key in {e.key for e in registry}
+
+
+async def test_a_due_suspect_stops_claiming_until_the_worker_has_drained() -> None:
+    """A worker with work in flight that hears of a due suspect claims nothing (not even
+    with free permits) until its last completion has landed, then claims alone: under
+    sustained load a suspect is not starved, and it never shares a worker."""
+    clock = FakeClock()
+    store, registry, permits, claimed, claimer = make(8, clock)
+    store.to_claim = [[job(1)], [], [job(9, alone=True)]]
+    store.suspect_due = [False, True, True]
+    [entry] = await claim_one(claimer, claimed)
+    assert await claimer.run_once() == 0  # held back for the suspect
+    assert not claimer.idle.is_set() and clock.waits == []  # not idle: no idle sleep
+    task = asyncio.create_task(claimer.run_once())
+    for _ in range(50):  # every chance to claim: it must keep waiting
+        await asyncio.sleep(0)
+    assert len(store.claim_asks) == 2 and permits.free == 7
+    registry.remove(entry.key)  # job 1's completion landed: nothing in flight
+    await until(lambda: len(store.claim_asks) == 3)
+    [suspect] = await take_all(claimed)
+    assert await task == 1
+    assert store.alone_asks == [True, False, True] and suspect.job.id == 9
+
+
+async def test_a_draining_worker_asks_again_in_case_another_took_the_suspect() -> None:
+    clock = FakeClock()
+    store, _registry, _p, claimed, claimer = make(8, clock)
+    store.to_claim = [[job(1)], [], [job(2)]]
+    store.suspect_due = [False, True, False]
+    await claim_one(claimer, claimed)
+    assert await claimer.run_once() == 0  # held back
+    task = asyncio.create_task(claimer.run_once())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(store.claim_asks) == 2
+    clock.advance(DRAIN_PROBE_SECONDS)  # job 1 still runs; the probe is due
+    await until(lambda: len(store.claim_asks) == 3)
+    await take_all(claimed)
+    assert await task == 1  # the suspect was gone: plain claiming resumed at once
+    assert store.alone_asks == [True, False, False]
+
+
+async def test_a_suspect_claimed_alone_keeps_its_worker_to_itself_until_done() -> None:
+    clock = FakeClock()
+    store, registry, permits, claimed, claimer = make(8, clock)
+    store.to_claim = [[job(9, alone=True)], [job(1), job(2)]]
+    [suspect] = await claim_one(claimer, claimed)
+    assert permits.free == 7
+    task = asyncio.create_task(claimer.run_once())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    clock.advance(60.0)  # however long it runs: no probe, no claim
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert store.claim_asks == [8]
+    registry.remove(suspect.key)
+    permits.release(1)
+    await until(lambda: len(store.claim_asks) == 2)
+    await take_all(claimed)
+    assert await task == 2
+    assert store.alone_asks == [True, True]
