@@ -329,9 +329,11 @@ class WorkerStore:
                 overrides[r["kind"]] = json.loads(r["overrides"])
         return Definitions(version, declared, overrides)
 
-    async def stop_worker(self) -> None:
-        if self.worker_id is not None:
-            await self.admin_conn.execute(self.sql.stop_worker, self.worker_id)
+    async def stop_worker(self, worker_id: int | None = None) -> None:
+        """Mark this worker's row (or an earlier row of this process) stopped."""
+        worker_id = self.worker_id if worker_id is None else worker_id
+        if worker_id is not None:
+            await self.admin_conn.execute(self.sql.stop_worker, worker_id)
 
     # -------------------------------------------------------------- the hot path
 

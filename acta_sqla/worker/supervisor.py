@@ -135,13 +135,7 @@ class Worker:
             connecting = store.preconnect()
             try:
                 await store.check_schema()
-                self.worker_id = await store.register_worker(
-                    hostname=socket.gethostname(),
-                    pid=os.getpid(),
-                    executors=self.executors_count,
-                    kinds=sorted(self.acta.handlers),
-                    version=_version(),
-                )
+                self.worker_id = await self._register_row(store)
                 # Not awaited: a statement that waits on a table lock must hold up the
                 # first claim (which queues behind it on its connection), not start-up.
                 self._spawn(self._warm_stages(store))
@@ -393,6 +387,16 @@ class Worker:
     def _on_silence(self, seconds: float) -> None:
         self._spawn(self._register_again(seconds))
 
+    async def _register_row(self, store: WorkerStore) -> int:
+        """A new worker row for this process (at start-up, and after a long silence)."""
+        return await store.register_worker(
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            executors=self.executors_count,
+            kinds=sorted(self.acta.handlers),
+            version=_version(),
+        )
+
     async def _register_again(self, seconds: float) -> None:
         """The worker went silent for 7 beats (the process was suspended, or cut off from
         the database; the lifeline keeps a merely blocked loop from it): recovery may have
@@ -404,18 +408,12 @@ class Worker:
         assert store is not None
         old = self.worker_id
         try:
-            self.worker_id = await store.register_worker(
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                executors=self.executors_count,
-                kinds=sorted(self.acta.handlers),
-                version=_version(),
-            )
+            self.worker_id = await self._register_row(store)
             # A beat already queued with the old id would set the old row back to
             # running: one beat under the new id first (the heartbeat connection runs them
             # in order), then the old row is marked stopped.
             await self.heartbeat.run_once()
-            await store.admin_conn.execute(store.sql.stop_worker, old)
+            await store.stop_worker(old)
         except Exception as exc:
             log.bind(event="register_again_failed").error(
                 "worker {} could not register again after its silence: {}", old, exc

@@ -19,15 +19,6 @@ SHORT = Timings.from_heartbeat(0.5)  # recovery every 2 s
 
 
 @pytest.fixture
-async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(asyncpg_dsn(db))
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
 async def role(db: str) -> AsyncIterator[RoleConnection]:
     rc = RoleConnection(asyncpg_dsn(db), "claim", timeout=10.0)
     try:

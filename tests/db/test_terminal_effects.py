@@ -13,19 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from acta_sqla import Acta
 from acta_sqla.policy import Policy
 from acta_sqla.settings import Timings
-from acta_sqla.store import WorkerStore, asyncpg_dsn
+from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
-
-
-@pytest.fixture
-async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(asyncpg_dsn(db))
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 @pytest.fixture

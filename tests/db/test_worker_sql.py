@@ -25,15 +25,6 @@ from acta_sqla.worker.inflight import Registry
 TIMINGS = Timings.from_heartbeat(45.0)
 
 
-@pytest.fixture
-async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(asyncpg_dsn(db))
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
 async def new_store(db: str, namespace: str = "default") -> WorkerStore:
     store = WorkerStore(db, "acta", namespace, TIMINGS)
     await store.register_worker("test-host", 1, 8, ["k"], "test")
