@@ -30,7 +30,8 @@ DEFAULT_DSN = os.environ.get("ACTA_BENCH_DSN", "postgresql://postgres@127.0.0.1:
 METRICS = (
     ("jobs_per_s", "jobs/s", "{:,.0f}"),
     ("worker_cpu_s", "worker CPU s", "{:.2f}"),
-    ("pg_cpu_s", "PG CPU s", "{:.2f}"),
+    ("pg_cpu_own_s", "PG CPU s (its own database)", "{:.2f}"),
+    ("commits_per_1k", "commits per 1,000 jobs", "{:.1f}"),
 )
 
 
