@@ -125,10 +125,14 @@ def prune_finished(schema: str) -> str:
             ) due
             LIMIT $2
         ),
+        -- = ANY(ARRAY(...)): each row by its primary key, whatever the table's size. With
+        -- IN (SELECT ...) the planner, expecting a full chunk, may hash-join a sequential
+        -- scan of the history instead (it did below ~10k rows).
         gone AS (
-            DELETE FROM {s}.job WHERE id IN (SELECT id FROM doomed) RETURNING id
+            DELETE FROM {s}.job WHERE id = ANY(ARRAY(SELECT id FROM doomed)) RETURNING id
         ),
         history AS (
-            DELETE FROM {s}.execution WHERE job_id IN (SELECT id FROM gone) RETURNING 1
+            DELETE FROM {s}.execution WHERE job_id = ANY(ARRAY(SELECT id FROM gone))
+            RETURNING 1
         )
         SELECT count(*) FROM gone"""

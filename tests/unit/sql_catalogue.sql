@@ -305,11 +305,15 @@ doomed AS (
     ) due
     LIMIT $2
 ),
+-- = ANY(ARRAY(...)): each row by its primary key, whatever the table's size. With
+-- IN (SELECT ...) the planner, expecting a full chunk, may hash-join a sequential
+-- scan of the history instead (it did below ~10k rows).
 gone AS (
-    DELETE FROM "acta".job WHERE id IN (SELECT id FROM doomed) RETURNING id
+    DELETE FROM "acta".job WHERE id = ANY(ARRAY(SELECT id FROM doomed)) RETURNING id
 ),
 history AS (
-    DELETE FROM "acta".execution WHERE job_id IN (SELECT id FROM gone) RETURNING 1
+    DELETE FROM "acta".execution WHERE job_id = ANY(ARRAY(SELECT id FROM gone))
+    RETURNING 1
 )
 SELECT count(*) FROM gone;
 
