@@ -12,9 +12,9 @@ connection's statement timeout. ``job_prune_idx`` (namespace, kind, finished_at)
 terminal rows makes the rows due the front of each kind's range; the prune walks the kinds
 and reads only those fronts (queries/recovery.py, ``prune_finished``).
 
-Building it takes a lock that blocks writes to the job table while it runs (about 1 s per
-million finished rows, measured). On a large table, build it beforehand without that lock;
-this migration then finds it and does nothing::
+Building it takes a lock that blocks writes to the job table while it runs (2.7 s at 1M
+finished rows, 18-22 s at 5M, measured by benchmarks/prune.py). On a large table, build it
+beforehand without that lock; this migration then finds it and does nothing::
 
     CREATE INDEX CONCURRENTLY IF NOT EXISTS job_prune_idx ON acta.job
         (namespace, kind, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
