@@ -184,6 +184,17 @@ class Job(Base):
             "finished_at",
             postgresql_where=text(_TERMINAL_SQL),
         ),
+        # Recovery's prune: each kind keeps its jobs for its own retention, so the rows due
+        # are a prefix of each kind's range here (cutoff per kind), never of the namespace's.
+        # Without it the prune read every finished row of history to delete nothing
+        # (migration 0004 says why).
+        Index(
+            "job_prune_idx",
+            "namespace",
+            "kind",
+            "finished_at",
+            postgresql_where=text(_TERMINAL_SQL),
+        ),
         Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
         {"schema": SCHEMA},
     )

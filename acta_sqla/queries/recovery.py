@@ -76,30 +76,71 @@ def mark_dead_workers(schema: str) -> str:
 
 
 def prune_finished(schema: str) -> str:
-    """Recovery, step 3: finished jobs past their kind's retention, one bounded chunk."""
+    """Recovery, step 3: finished jobs past their kind's retention, one bounded chunk of $2
+    rows of namespace $1 ($3: the default retention, for kinds whose definition names none
+    and kinds without a definition).
+
+    Its cost is what it deletes, not the history it keeps. Retention is per kind, so one
+    cutoff on the namespace's finish times cannot find the rows due: comparing each row with
+    its own kind's cutoff read every finished row (1.85 s per pass at 1M rows, to delete
+    nothing). Instead, on ``job_prune_idx`` (namespace, kind, finished_at; terminal rows):
+    ``kinds`` walks the distinct kinds of finished rows, one index descent each (a kind
+    without a definition has rows, so it is found too); each kind's cutoff comes from its
+    definition; each kind's due rows are the front of its range, read oldest first and
+    stopping at the first row inside retention. The outer LIMIT stops the walk once the
+    chunk is full, so a chunk deletes kind by kind (name order), oldest first within one.
+    Retention null (keep forever) gives no cutoff, and the kind's range is never read.
+
+    FOR UPDATE SKIP LOCKED: a row being retried or written right now is left to the next
+    pass (its status and finish time are checked again once locked). The jobs' execution
+    rows go with them."""
     s = quote(schema)
     return f"""
-        WITH doomed AS (
-            SELECT j.id FROM {s}.job j
-            LEFT JOIN {s}.definition d ON d.namespace = j.namespace AND d.kind = j.kind
+        WITH RECURSIVE kinds AS (
+            (SELECT j.kind FROM {s}.job j
+             WHERE j.namespace = $1 AND j.status IN {TERMINAL}
+             ORDER BY j.kind LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.kind FROM {s}.job j
+                    WHERE j.namespace = $1 AND j.status IN {TERMINAL} AND j.kind > k.kind
+                    ORDER BY j.kind LIMIT 1)
+            FROM kinds k WHERE k.kind IS NOT NULL
+        ),
+        cutoffs AS (
+            -- retention null keeps a kind's jobs forever (no cutoff); absent means the
+            -- default $3
+            SELECT k.kind, now() - make_interval(secs => CASE
+                       WHEN r.eff IS NULL THEN $3
+                       WHEN jsonb_typeof(r.eff) = 'number' THEN r.eff::float8
+                   END) AS cutoff
+            FROM kinds k
+            LEFT JOIN {s}.definition d ON d.namespace = $1 AND d.kind = k.kind
             CROSS JOIN LATERAL (
                 SELECT coalesce(d.overrides -> 'retention', d.declared -> 'retention') AS eff
             ) r
-            WHERE j.namespace = $1
-              AND j.status IN {TERMINAL}
-              -- retention null keeps a kind's jobs forever; absent means the default $3
-              AND j.finished_at < now() - make_interval(secs => CASE
-                    WHEN r.eff IS NULL THEN $3
-                    WHEN jsonb_typeof(r.eff) = 'number' THEN r.eff::float8
-                  END)
-            ORDER BY j.finished_at
-            LIMIT $2
-            FOR UPDATE OF j SKIP LOCKED
+            WHERE k.kind IS NOT NULL
         ),
+        doomed AS (
+            SELECT due.id FROM cutoffs c
+            CROSS JOIN LATERAL (
+                SELECT j.id FROM {s}.job j
+                WHERE j.namespace = $1 AND j.kind = c.kind
+                  AND j.status IN {TERMINAL}
+                  AND j.finished_at < c.cutoff
+                ORDER BY j.finished_at
+                LIMIT $2
+                FOR UPDATE OF j SKIP LOCKED
+            ) due
+            LIMIT $2
+        ),
+        -- = ANY(ARRAY(...)): each row by its primary key, whatever the table's size. With
+        -- IN (SELECT ...) the planner, expecting a full chunk, may hash-join a sequential
+        -- scan of the history instead (it did below ~10k rows).
         gone AS (
-            DELETE FROM {s}.job WHERE id IN (SELECT id FROM doomed) RETURNING id
+            DELETE FROM {s}.job WHERE id = ANY(ARRAY(SELECT id FROM doomed)) RETURNING id
         ),
         history AS (
-            DELETE FROM {s}.execution WHERE job_id IN (SELECT id FROM gone) RETURNING 1
+            DELETE FROM {s}.execution WHERE job_id = ANY(ARRAY(SELECT id FROM gone))
+            RETURNING 1
         )
         SELECT count(*) FROM gone"""

@@ -1,7 +1,7 @@
 """suspects: a job lost with its worker before it was known to start is next claimed alone
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-03
 
 A worker killed by one of its jobs (``os._exit``, a segfault, the OOM killer) loses every
@@ -12,8 +12,6 @@ suspect alone on its worker, so its next loss is unambiguous and is charged to i
 suspects, normally none: the claim asks it whether one is due at the cost of one probe of
 an empty index.
 
-``down_revision`` is 0003, main's head when this was written; 0004 (the prune index) is
-landing in parallel: re-point this to "0004" when both are on main.
 """
 
 from collections.abc import Sequence
@@ -24,7 +22,7 @@ from acta_sqla.migrate import target_schema
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | Sequence[str] | None = "0003"
+down_revision: str | Sequence[str] | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
