@@ -8,6 +8,7 @@ never as a traceback. A bug in acta still shows its traceback.
 from __future__ import annotations
 
 import functools
+import importlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 import asyncpg
-import click
 import typer
 from loguru import logger
 
@@ -204,7 +204,7 @@ def invoked_path(default: str) -> str:
     """``acta`` and the sub-command names of the running Click command (``acta jobs ls``),
     whatever the program was called (a test runner's ``root``); ``default`` outside a
     command."""
-    ctx = click.get_current_context(silent=True)
+    ctx = _click_context()
     if ctx is None:
         return default
     names: list[str] = []
@@ -212,3 +212,17 @@ def invoked_path(default: str) -> str:
         names.append(ctx.info_name or "")
         ctx = ctx.parent
     return " ".join(["acta", *reversed(names)]) if names else default
+
+
+def _click_context() -> Any:
+    """The running command's Click context, or None. Typer 0.2x builds its commands with
+    a Click of its own (``typer._click``), older releases with Click itself: ask both."""
+    for module in ("typer._click.globals", "click.globals"):
+        try:
+            get = importlib.import_module(module).get_current_context
+        except (ImportError, AttributeError):
+            continue
+        ctx = get(silent=True)
+        if ctx is not None:
+            return ctx
+    return None
