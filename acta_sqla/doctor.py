@@ -487,18 +487,28 @@ def judge_tables(
                     stats,
                 )
             )
-        off_where = (
-            "server-wide (autovacuum = off)"
-            if not server.autovacuum
-            else "for this table (autovacuum_enabled = false)"
-            if not table.autovacuum_enabled
-            else None
+        off_where = " and ".join(
+            w
+            for w in (
+                "server-wide (autovacuum = off)" if not server.autovacuum else "",
+                "for this table (autovacuum_enabled = false)"
+                if not table.autovacuum_enabled
+                else "",
+            )
+            if w
         )
-        if off_where is not None:
-            turn_on = (
-                "set autovacuum = on in postgresql.conf and reload"
-                if not server.autovacuum
-                else f"ALTER TABLE {name} RESET (autovacuum_enabled)"
+        if off_where:
+            turn_on = " and ".join(
+                a
+                for a in (
+                    "set autovacuum = on in postgresql.conf and reload"
+                    if not server.autovacuum
+                    else "",
+                    f"ALTER TABLE {name} RESET (autovacuum_enabled)"
+                    if not table.autovacuum_enabled
+                    else "",
+                )
+                if a
             )
             if piling:
                 severity, advice = Severity.PROBLEM, f"{turn_on}, then VACUUM (ANALYZE) {name}"
