@@ -37,8 +37,7 @@ def doctor(
     database_url: DatabaseUrl = None,
     schema: Schema = None,
 ) -> None:
-    """Health report: vacuum and dead rows, what holds vacuum back, index sizes, expired
-    leases, dead workers, the schema revision. Exit 0 healthy, 1 warnings, 2 problems."""
+    """Health of acta's tables and server: exit 0 ok, 1 warnings, 2 problems, 3 failed."""
     with _database(database_url, schema) as (settings, url, where):
         if namespace is not None:
             from ._common import load_cli_settings
