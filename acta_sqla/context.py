@@ -39,10 +39,10 @@ class Context:
         return self._args
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractAsyncContextManager[None]:
-        """Hold the named lock for the block: exclusive across every worker, renewed with
-        this attempt's lease, released when the block ends. Waits up to ``wait`` seconds
-        for a holder to let go, then raises ``LockUnavailable`` (which, uncaught, retries
-        the job after a second)."""
+        """Hold the named lock for the block: exclusive within this namespace (across every
+        worker serving it), renewed with this attempt's lease, released when the block
+        ends. Waits up to ``wait`` seconds for a holder to let go, then raises
+        ``LockUnavailable`` (which, uncaught, retries the job after a second)."""
         if self._locker is None:
             raise RuntimeError("ctx.lock() is only available inside a worker")
         return self._locker.hold(name, wait)

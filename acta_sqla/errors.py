@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime, timedelta
+
 
 class ActaError(Exception):
     """Base class of acta-sqla's own errors."""
@@ -85,17 +88,46 @@ class HandlerError(ActaError):
 
 
 class Retry(HandlerError):
-    """Raised by a handler: retry this job after ``after`` seconds (charged to the failure budget).
+    """Raised by a handler: retry this job later (charged to the failure budget).
 
-    ``after=0`` retries as soon as a worker is free.
+    ``after`` is seconds (``Retry(after=30)``), a ``timedelta``, or a timezone-aware
+    ``datetime`` to retry at (``Retry(after=datetime(2030, 1, 1, tzinfo=UTC))``); a time
+    already past, or ``after=0``, retries as soon as a worker is free. A naive datetime is
+    refused (ValueError): acta cannot tell which clock it means.
+
+    The worker reads :attr:`after`, in seconds. For a datetime it is computed when the
+    exception is raised, on the worker's clock (``at - now``); the delay is then counted on
+    the database clock, as every due time is, so a worker clock off by N seconds moves the
+    retry by N seconds. :attr:`at` keeps the datetime given (None otherwise).
     """
 
-    def __init__(self, after: float = 0.0, reason: str = "") -> None:
-        if after < 0:
-            raise ValueError(f"Retry(after={after!r}): after must be >= 0 seconds")
-        self.after = float(after)
+    def __init__(self, after: float | timedelta | datetime = 0.0, reason: str = "") -> None:
+        self.at: datetime | None = None
+        if isinstance(after, datetime):
+            if after.tzinfo is None or after.utcoffset() is None:
+                raise ValueError(
+                    f"Retry(after={after!r}): the datetime has no timezone; give an aware one, "
+                    "e.g. datetime.now(UTC) + timedelta(minutes=5)"
+                )
+            self.at = after
+            seconds = max(0.0, (after - datetime.now(UTC)).total_seconds())
+            said = f"retry requested at {after.isoformat()}"
+        else:
+            if isinstance(after, timedelta):
+                seconds = after.total_seconds()
+            elif isinstance(after, int | float) and not isinstance(after, bool):
+                seconds = float(after)
+            else:
+                raise TypeError(
+                    f"Retry(after={after!r}): after must be seconds, a timedelta or a "
+                    "timezone-aware datetime"
+                )
+            if not math.isfinite(seconds) or seconds < 0:
+                raise ValueError(f"Retry(after={after!r}): after must be >= 0 seconds")
+            said = f"retry requested after {seconds:g}s"
+        self.after = seconds
         self.reason = reason
-        super().__init__(reason or f"retry requested after {after:g}s")
+        super().__init__(reason or said)
 
 
 class LockUnavailable(Retry):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
@@ -149,7 +149,11 @@ class ActaSettings(BaseSettings):
     app: str | None = Field(default=None, description="`module:attribute` of the Acta instance.")
     db_schema: str = Field(
         default="acta",
-        validation_alias=AliasChoices("ACTA_SCHEMA", "db_schema", "schema"),
+        # The environment variable is ACTA_SCHEMA (the field's own name would read
+        # ACTA_DB_SCHEMA); the code passes ``db_schema=``. No unprefixed alias: an
+        # AliasChoices naming "schema" made pydantic-settings read the unrelated SCHEMA and
+        # DB_SCHEMA variables too, moving acta's tables (issue 14, item 6).
+        validation_alias="ACTA_SCHEMA",
         description="PostgreSQL schema holding acta's tables.",
     )
     heartbeat_interval: Annotated[float, Field(gt=0, le=3600)] = Field(

@@ -6,6 +6,7 @@ import typer
 
 from ._common import configure_logging
 from .db import app as db_app
+from .doctor import doctor as _doctor
 from .jobs import app as jobs_app
 from .jobs import demo as _demo
 from .jobs import status as _status
@@ -26,6 +27,7 @@ app.add_typer(jobs_app, name="jobs")
 app.command("status")(_status)
 app.command("demo")(_demo)
 app.command("dashboard")(_dashboard)
+app.command("doctor")(_doctor)
 
 
 def main() -> None:

@@ -8,11 +8,12 @@ never as a traceback. A bug in acta still shows its traceback.
 from __future__ import annotations
 
 import functools
+import importlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 import asyncpg
 import typer
@@ -158,21 +159,70 @@ def command_path(fn: Callable[..., Any]) -> str:
     return f"acta {group} {name}"
 
 
-def run_cli(fn: Callable[P, R]) -> Callable[P, R]:
+@overload
+def run_cli(fn: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def run_cli(
+    *, failure: int = EXIT_FAILURE, configuration: int = EXIT_CONFIGURATION
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def run_cli(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    failure: int = EXIT_FAILURE,
+    configuration: int = EXIT_CONFIGURATION,
+) -> Any:
     """Decorate a command function (under ``@app.command()``) so that user errors become
     one line on stderr and a non-zero exit status; anything else (a bug) keeps its
-    traceback."""
-    command = command_path(fn)
+    traceback. ``@run_cli(failure=3, configuration=3)`` picks the exit statuses (``acta
+    doctor`` keeps 1 and 2 for its findings).
+
+    The line starts with the command line as the user typed it (``acta status:``, ``acta
+    jobs ls:``), read from Click's context: a command registered outside its module's group
+    (``acta status`` lives in ``jobs.py``) is still named as it was called."""
+    if fn is None:
+        return functools.partial(run_cli, failure=failure, configuration=configuration)
+    static = command_path(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
-            fail("interrupted", EXIT_INTERRUPTED, command)
+            fail("interrupted", EXIT_INTERRUPTED, invoked_path(static))
         except ConfigurationError as exc:
-            fail(describe_error(exc), EXIT_CONFIGURATION, command)
+            fail(describe_error(exc), configuration, invoked_path(static))
         except _user_errors() as exc:
-            fail(describe_error(exc), EXIT_FAILURE, command)
+            fail(describe_error(exc), failure, invoked_path(static))
 
     return wrapper
+
+
+def invoked_path(default: str) -> str:
+    """``acta`` and the sub-command names of the running Click command (``acta jobs ls``),
+    whatever the program was called (a test runner's ``root``); ``default`` outside a
+    command."""
+    ctx = _click_context()
+    if ctx is None:
+        return default
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["acta", *reversed(names)]) if names else default
+
+
+def _click_context() -> Any:
+    """The running command's Click context, or None. Typer 0.2x builds its commands with
+    a Click of its own (``typer._click``), older releases with Click itself: ask both."""
+    for module in ("typer._click.globals", "click.globals"):
+        try:
+            get = importlib.import_module(module).get_current_context
+        except (ImportError, AttributeError):
+            continue
+        ctx = get(silent=True)
+        if ctx is not None:
+            return ctx
+    return None

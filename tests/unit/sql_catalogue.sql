@@ -451,6 +451,118 @@ UPDATE "acta".job SET run_at = now() WHERE namespace = $1 AND status = 'ready' A
 --   exists).
 SELECT to_regclass('"acta".alembic_version') IS NOT NULL;
 
+-- doctor.expired_leases: Rows of namespace :namespace still 'executing' past their lease: how many
+--   (looking at FINDINGS_CAP at most) and how long the oldest has been expired. Served by
+--   job_lease_idx (namespace, lease_expires_at).
+SELECT count(*) AS rows,
+       extract(epoch FROM now() - min(lease_expires_at))::float8 AS oldest_seconds
+FROM (
+    SELECT lease_expires_at FROM "acta".job
+    WHERE namespace = :namespace AND lease_expires_at IS NOT NULL
+      AND lease_expires_at < now() AND status = 'executing'
+    ORDER BY lease_expires_at
+    LIMIT 10000
+) AS expired;
+
+-- doctor.index_sizes: Each index of acta.job and acta.execution with its size and estimated
+--   entries.
+SELECT t.relname AS table_name, i.relname AS name,
+       pg_relation_size(i.oid) AS bytes,
+       greatest(i.reltuples, 0)::bigint AS estimated_entries
+FROM pg_index x
+JOIN pg_class i ON i.oid = x.indexrelid
+JOIN pg_class t ON t.oid = x.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE n.nspname = 'acta' AND t.relname IN ('job', 'execution')
+ORDER BY t.relname, i.relname;
+
+-- doctor.prepared_transactions: Prepared (two-phase) transactions of this database: each holds
+--   vacuum's horizon, even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED.
+SELECT gid, owner, age(transaction) AS xmin_age,
+       extract(epoch FROM now() - prepared)::float8 AS transaction_seconds
+FROM pg_prepared_xacts
+WHERE database = current_database()
+ORDER BY prepared
+LIMIT 20;
+
+-- doctor.recently_dead_workers: Workers of namespace :namespace that recovery marked dead in the
+--   last :window seconds (crashed or cut off: their jobs came back through recovery). At most 20.
+SELECT id, hostname, pid,
+       extract(epoch FROM now() - stopped_at)::float8 AS dead_seconds
+FROM "acta".worker
+WHERE namespace = :namespace AND status = 'dead'
+  AND stopped_at > now() - make_interval(secs => :window)
+ORDER BY stopped_at DESC
+LIMIT 20;
+
+-- doctor.replication_slots: Replication slots that hold vacuum's horizon for this database
+--   (physical slots hold it for every database; a logical slot for its own, through catalog_xmin).
+SELECT slot_name, slot_type, active,
+       greatest(age(xmin), age(catalog_xmin)) AS xmin_age
+FROM pg_replication_slots
+WHERE (database IS NULL OR database = current_database())
+  AND (xmin IS NOT NULL OR catalog_xmin IS NOT NULL)
+ORDER BY greatest(age(xmin), age(catalog_xmin)) DESC
+LIMIT 20;
+
+-- doctor.server_settings: The server's vacuum settings and clock: autovacuum and track_counts
+--   (autovacuum needs both), the freeze age, the database's now().
+SELECT current_setting('autovacuum')::bool AS autovacuum,
+       current_setting('track_counts')::bool AS track_counts,
+       current_setting('autovacuum_freeze_max_age')::bigint AS freeze_max_age,
+       current_setting('server_version') AS server_version,
+       now() AS now;
+
+-- doctor.silent_workers: Workers of namespace :namespace still marked running but silent for
+--   :dead_beats of their own heartbeats (dead, and not yet marked so by recovery); served by
+--   worker_live_idx. At most 20, the longest silent first.
+SELECT id, hostname, pid, heartbeat_seconds,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS silent_seconds
+FROM "acta".worker
+WHERE namespace = :namespace AND status = 'running'
+  AND heartbeat_at < now() - make_interval(secs => :dead_beats * heartbeat_seconds)
+ORDER BY heartbeat_at
+LIMIT 20;
+
+-- doctor.table_health: Live and dead rows, last (auto)vacuum and (auto)analyze, the per-table
+--   autovacuum switch, heap and index bytes, and the frozen-xid age of acta.job and acta.execution
+--   (statistics views and file sizes only: no scan).
+SELECT c.relname AS name,
+       coalesce(s.n_live_tup, 0) AS live_rows,
+       coalesce(s.n_dead_tup, 0) AS dead_rows,
+       coalesce(s.n_mod_since_analyze, 0) AS modified_since_analyze,
+       s.last_vacuum, s.last_autovacuum, s.last_analyze, s.last_autoanalyze,
+       coalesce((SELECT bool_and(split_part(o, '=', 2)::bool)
+                 FROM unnest(c.reloptions) AS o
+                 WHERE split_part(o, '=', 1) = 'autovacuum_enabled'), true)
+           AS autovacuum_enabled,
+       pg_relation_size(c.oid) AS table_bytes,
+       pg_indexes_size(c.oid) AS index_bytes,
+       age(c.relfrozenxid) AS frozen_xid_age
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE n.nspname = 'acta' AND c.relname IN ('job', 'execution') AND c.relkind = 'r'
+ORDER BY c.relname;
+
+-- doctor.xmin_holders: Sessions of this database that hold back vacuum's horizon (a snapshot or an
+--   assigned transaction id) or sit idle in a transaction, oldest first, this session excepted; at
+--   most 20.
+SELECT pid, usename AS user_name, application_name,
+       host(client_addr) AS client_addr, state,
+       greatest(age(backend_xmin), age(backend_xid)) AS xmin_age,
+       extract(epoch FROM now() - xact_start)::float8 AS transaction_seconds,
+       extract(epoch FROM now() - state_change)::float8 AS state_seconds,
+       left(query, 200) AS query
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND backend_type = 'client backend'
+  AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL
+       OR state LIKE 'idle in transaction%')
+ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC NULLS LAST,
+         xact_start
+LIMIT 20;
+
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once.
 UPDATE acta.job SET status=%(status)s, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 

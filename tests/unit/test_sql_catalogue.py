@@ -32,6 +32,7 @@ from acta_sqla.queries import (
     complete,
     definitions,
     demo,
+    doctor,
     heartbeat,
     locks,
     recovery,
@@ -55,6 +56,7 @@ TEXT_MODULES: tuple[ModuleType, ...] = (
     definitions,
     workers,
     admin,
+    doctor,
 )
 """Plain-SQL builders: each public function takes the schema (and maybe the version table
 name) and returns the statement's text."""

@@ -1,0 +1,164 @@
+"""``acta doctor``'s statements: the health of acta's tables and of the server around them.
+
+Plain SQL text with SQLAlchemy ``:name`` parameters (``acta_sqla.doctor`` wraps each in
+``text()``). Every statement stays cheap on a table of millions of rows: the statistics
+views (``pg_stat_*``, sizes from the catalogue) and predicates an index serves, never a
+count over all of ``acta.job``."""
+
+from __future__ import annotations
+
+from ._render import quote
+
+VACUUMED_TABLES = ("job", "execution")
+"""The tables whose churn makes vacuum matter: every job passes through several row
+versions of ``job`` and leaves ``execution`` rows that retention prunes."""
+
+FINDINGS_CAP = 10_000
+"""Rows a counting statement looks at, at most: past this many the report says "10000+"
+instead of walking a backlog that is itself the problem."""
+
+
+def server_settings() -> str:
+    """The server's vacuum settings and clock: autovacuum and track_counts (autovacuum needs
+    both), the freeze age, the database's now()."""
+    return """
+        SELECT current_setting('autovacuum')::bool AS autovacuum,
+               current_setting('track_counts')::bool AS track_counts,
+               current_setting('autovacuum_freeze_max_age')::bigint AS freeze_max_age,
+               current_setting('server_version') AS server_version,
+               now() AS now"""
+
+
+def table_health(schema: str) -> str:
+    """Live and dead rows, last (auto)vacuum and (auto)analyze, the per-table autovacuum
+    switch, heap and index bytes, and the frozen-xid age of acta.job and acta.execution
+    (statistics views and file sizes only: no scan)."""
+    tables = ", ".join(f"'{t}'" for t in VACUUMED_TABLES)
+    return f"""
+        SELECT c.relname AS name,
+               coalesce(s.n_live_tup, 0) AS live_rows,
+               coalesce(s.n_dead_tup, 0) AS dead_rows,
+               coalesce(s.n_mod_since_analyze, 0) AS modified_since_analyze,
+               s.last_vacuum, s.last_autovacuum, s.last_analyze, s.last_autoanalyze,
+               coalesce((SELECT bool_and(split_part(o, '=', 2)::bool)
+                         FROM unnest(c.reloptions) AS o
+                         WHERE split_part(o, '=', 1) = 'autovacuum_enabled'), true)
+                   AS autovacuum_enabled,
+               pg_relation_size(c.oid) AS table_bytes,
+               pg_indexes_size(c.oid) AS index_bytes,
+               age(c.relfrozenxid) AS frozen_xid_age
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+        WHERE n.nspname = {_literal(schema)} AND c.relname IN ({tables}) AND c.relkind = 'r'
+        ORDER BY c.relname"""
+
+
+def index_sizes(schema: str) -> str:
+    """Each index of acta.job and acta.execution with its size and estimated entries."""
+    tables = ", ".join(f"'{t}'" for t in VACUUMED_TABLES)
+    return f"""
+        SELECT t.relname AS table_name, i.relname AS name,
+               pg_relation_size(i.oid) AS bytes,
+               greatest(i.reltuples, 0)::bigint AS estimated_entries
+        FROM pg_index x
+        JOIN pg_class i ON i.oid = x.indexrelid
+        JOIN pg_class t ON t.oid = x.indrelid
+        JOIN pg_namespace n ON n.oid = t.relnamespace
+        WHERE n.nspname = {_literal(schema)} AND t.relname IN ({tables})
+        ORDER BY t.relname, i.relname"""
+
+
+def xmin_holders() -> str:
+    """Sessions of this database that hold back vacuum's horizon (a snapshot or an
+    assigned transaction id) or sit idle in a transaction, oldest first, this session
+    excepted; at most 20."""
+    return """
+        SELECT pid, usename AS user_name, application_name,
+               host(client_addr) AS client_addr, state,
+               greatest(age(backend_xmin), age(backend_xid)) AS xmin_age,
+               extract(epoch FROM now() - xact_start)::float8 AS transaction_seconds,
+               extract(epoch FROM now() - state_change)::float8 AS state_seconds,
+               left(query, 200) AS query
+        FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid()
+          AND backend_type = 'client backend'
+          AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL
+               OR state LIKE 'idle in transaction%')
+        ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC NULLS LAST,
+                 xact_start
+        LIMIT 20"""
+
+
+def prepared_transactions() -> str:
+    """Prepared (two-phase) transactions of this database: each holds vacuum's horizon,
+    even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED."""
+    return """
+        SELECT gid, owner, age(transaction) AS xmin_age,
+               extract(epoch FROM now() - prepared)::float8 AS transaction_seconds
+        FROM pg_prepared_xacts
+        WHERE database = current_database()
+        ORDER BY prepared
+        LIMIT 20"""
+
+
+def replication_slots() -> str:
+    """Replication slots that hold vacuum's horizon for this database (physical slots hold
+    it for every database; a logical slot for its own, through catalog_xmin)."""
+    return """
+        SELECT slot_name, slot_type, active,
+               greatest(age(xmin), age(catalog_xmin)) AS xmin_age
+        FROM pg_replication_slots
+        WHERE (database IS NULL OR database = current_database())
+          AND (xmin IS NOT NULL OR catalog_xmin IS NOT NULL)
+        ORDER BY greatest(age(xmin), age(catalog_xmin)) DESC
+        LIMIT 20"""
+
+
+def expired_leases(schema: str) -> str:
+    """Rows of namespace :namespace still 'executing' past their lease: how many (looking
+    at FINDINGS_CAP at most) and how long the oldest has been expired. Served by
+    job_lease_idx (namespace, lease_expires_at)."""
+    return f"""
+        SELECT count(*) AS rows,
+               extract(epoch FROM now() - min(lease_expires_at))::float8 AS oldest_seconds
+        FROM (
+            SELECT lease_expires_at FROM {quote(schema)}.job
+            WHERE namespace = :namespace AND lease_expires_at IS NOT NULL
+              AND lease_expires_at < now() AND status = 'executing'
+            ORDER BY lease_expires_at
+            LIMIT {FINDINGS_CAP}
+        ) AS expired"""
+
+
+def silent_workers(schema: str) -> str:
+    """Workers of namespace :namespace still marked running but silent for :dead_beats of
+    their own heartbeats (dead, and not yet marked so by recovery); served by
+    worker_live_idx. At most 20, the longest silent first."""
+    return f"""
+        SELECT id, hostname, pid, heartbeat_seconds,
+               extract(epoch FROM now() - heartbeat_at)::float8 AS silent_seconds
+        FROM {quote(schema)}.worker
+        WHERE namespace = :namespace AND status = 'running'
+          AND heartbeat_at < now() - make_interval(secs => :dead_beats * heartbeat_seconds)
+        ORDER BY heartbeat_at
+        LIMIT 20"""
+
+
+def recently_dead_workers(schema: str) -> str:
+    """Workers of namespace :namespace that recovery marked dead in the last :window
+    seconds (crashed or cut off: their jobs came back through recovery). At most 20."""
+    return f"""
+        SELECT id, hostname, pid,
+               extract(epoch FROM now() - stopped_at)::float8 AS dead_seconds
+        FROM {quote(schema)}.worker
+        WHERE namespace = :namespace AND status = 'dead'
+          AND stopped_at > now() - make_interval(secs => :window)
+        ORDER BY stopped_at DESC
+        LIMIT 20"""
+
+
+def _literal(value: str) -> str:
+    # The schema is checked to be a plain lower-case identifier (settings.SCHEMA_PATTERN);
+    # quoting the literal anyway keeps the statement valid whatever it is.
+    return "'" + value.replace("'", "''") + "'"

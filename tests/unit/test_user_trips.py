@@ -1,0 +1,137 @@
+"""What a new user tripped on (issue 14, item 6): only ``ACTA_*`` variables configure acta,
+every command's error line names the command as typed, and ``Retry`` takes a time."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from acta_sqla.cli import app
+from acta_sqla.errors import Retry
+from acta_sqla.settings import load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("ACTA_") or name in ("SCHEMA", "DB_SCHEMA"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no developer's .env
+
+
+# ---------------------------------------------------------------- ACTA_SCHEMA only
+
+
+@pytest.mark.parametrize("variable", ["SCHEMA", "DB_SCHEMA", "schema", "db_schema"])
+def test_an_unprefixed_variable_does_not_move_acta_s_tables(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "elsewhere")
+    assert load_settings().db_schema == "acta"
+
+
+def test_an_unprefixed_line_in_dotenv_does_not_move_acta_s_tables(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("SCHEMA=elsewhere\nDB_SCHEMA=elsewhere\n")
+    assert load_settings().db_schema == "acta"
+
+
+def test_acta_schema_still_configures_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SCHEMA", "elsewhere")
+    monkeypatch.setenv("ACTA_SCHEMA", "jobs")
+    assert load_settings().db_schema == "jobs"
+    monkeypatch.delenv("ACTA_SCHEMA")
+    (tmp_path / ".env").write_text("ACTA_SCHEMA=from_dotenv\n")
+    assert load_settings().db_schema == "from_dotenv"
+    # The command line's --schema arrives as db_schema= and wins.
+    assert load_settings(db_schema="cli").db_schema == "cli"
+
+
+# ---------------------------------------------------------------- error labels
+
+
+BAD_URL = {"ACTA_DATABASE_URL": "mysql://root@localhost/app"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["demo"],
+        ["doctor"],
+        ["jobs", "ls"],
+        ["jobs", "show", "1"],
+        ["jobs", "cancel", "1"],
+        ["jobs", "retry", "1"],
+        ["db", "upgrade"],
+        ["db", "downgrade"],
+        ["db", "current"],
+    ],
+    ids=lambda args: " ".join(args),
+)
+def test_every_command_s_error_is_labelled_with_its_command_line(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args, env=BAD_URL)
+
+    assert result.exit_code != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    label = "acta " + " ".join(a for a in args if not a.isdigit())
+    assert lines[0].startswith(f"{label}: "), lines[0]
+    assert "ACTA_DATABASE_URL" in lines[0]
+
+
+def test_the_worker_s_error_is_labelled_acta_worker() -> None:
+    result = CliRunner().invoke(app, ["worker", "--app", "no_such_module:acta"], env=BAD_URL)
+
+    assert result.exit_code != 0
+    assert result.stderr.startswith("acta worker: "), result.stderr
+
+
+# ---------------------------------------------------------------- Retry at a time
+
+
+def test_retry_takes_seconds_as_before() -> None:
+    assert Retry(after=30).after == 30.0
+    assert Retry().after == 0.0
+    assert Retry(after=timedelta(minutes=2)).after == 120.0
+    assert Retry(after=30).at is None
+
+
+def test_retry_at_an_aware_datetime_is_the_seconds_until_it() -> None:
+    at = datetime.now(UTC) + timedelta(hours=1)
+    retry = Retry(after=at, reason="the API's window opens")
+
+    assert 3590 <= retry.after <= 3600
+    assert retry.at == at
+    assert str(retry) == "the API's window opens"
+
+
+def test_retry_at_a_datetime_in_another_timezone() -> None:
+    plus_five = timezone(timedelta(hours=5))
+    at = (datetime.now(UTC) + timedelta(minutes=10)).astimezone(plus_five)
+    assert 590 <= Retry(after=at).after <= 600
+    assert "retry requested at" in str(Retry(after=at))
+
+
+def test_retry_at_a_past_time_means_now() -> None:
+    assert Retry(after=datetime.now(UTC) - timedelta(days=1)).after == 0.0
+
+
+def test_retry_at_a_naive_datetime_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="no timezone; give an aware one"):
+        Retry(after=datetime(2030, 1, 1, 12, 0))
+
+
+@pytest.mark.parametrize("after", [-1, float("nan"), float("inf"), timedelta(seconds=-5)])
+def test_retry_refuses_negative_or_endless_delays(after: object) -> None:
+    with pytest.raises(ValueError, match="after must be >= 0 seconds"):
+        Retry(after=after)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("after", ["30", None, True])
+def test_retry_refuses_what_is_not_a_time(after: object) -> None:
+    with pytest.raises(TypeError, match="seconds, a timedelta or a timezone-aware datetime"):
+        Retry(after=after)  # type: ignore[arg-type]
