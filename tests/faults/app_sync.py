@@ -28,3 +28,14 @@ def overruns(ctx: Context, seconds: float) -> dict[str, Any]:
         time.sleep(seconds)
     record("end", ctx)
     return {"pid": os.getpid(), "execution": ctx.execution_id}
+
+
+@acta.job(timeout=30, max_attempts=3)
+def hangs(ctx: Context, seconds: float) -> dict[str, Any]:
+    """Sleeps ``seconds`` on its first attempt, within a timeout that a shutdown reaches
+    first; returns at once on later attempts."""
+    record("start", ctx)
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    record("end", ctx)
+    return {"pid": os.getpid(), "execution": ctx.execution_id}

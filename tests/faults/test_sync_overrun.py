@@ -11,6 +11,8 @@ A real `acta worker` process, heartbeat 0.5 s (lease 2 s).
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 from . import oracle
@@ -68,3 +70,55 @@ def test_a_sync_handler_past_its_timeout_never_overlaps_its_retry(
     assert history[0][2] >= SLEEP - 0.1, history
     out = worker.output()
     assert "overruns" in out and f"job {job}" in out and "should_stop" in out, out
+
+
+def test_a_thread_that_never_returns_lets_its_job_go_after_the_cap(
+    sql: Sql, workers: WorkerFactory, runs_log: Path
+) -> None:
+    """Bounded: the row is renewed for the kind's timeout plus one lease after the stop
+    (1 + 2 s), then let go; recovery takes it back once its lease ran out, and the retry
+    runs (here, in the same worker) while the stuck thread runs on: I4 as written."""
+    worker = workers(*APP)
+    [job] = enqueue(sql, "overruns", args='{"seconds": 3600}')
+
+    wait_for(lambda: all_terminal(sql, 1), 60, "the job to be let go and run again")
+    runs = [r for r in oracle.read_runs(runs_log) if r.job_id == job]
+    first, second = (r for r in runs if r.event == "start")
+    assert (first.attempt, second.attempt, first.pid, second.pid) == (1, 2, worker.pid, worker.pid)
+    # Stop at 1 s, renewed 3 s more, then the 2 s lease: not before 1 + 3 + 2 s.
+    assert second.t - first.t >= 1.0 + 3.0, runs
+    changes = oracle.read_changes(sql)
+    [left] = [c for c in changes if c.old == "executing" and c.execution_id == first.execution_id]
+    [claim] = [c for c in changes if c.is_claim and c.execution_id == second.execution_id]
+    assert left.lease_expired and left.seq < claim.seq  # taken back only once the lease ran out
+    [(status, attempts)] = sql("SELECT status, attempts FROM acta.job WHERE id = %s", job)
+    assert (status, attempts) == ("succeeded", 2)
+    out = worker.output()
+    assert "no longer renewed" in out and f"job {job} (overruns)" in out, out
+
+
+def test_a_worker_stops_past_a_sync_handler_that_never_returns(
+    sql: Sql, workers: WorkerFactory, runs_log: Path
+) -> None:
+    """One SIGTERM ends the worker within its grace plus the forced-stop wait, past a sync
+    handler (30 s timeout) that ignores the request to stop. No completion is written for
+    the running thread (an uncharged one, due at once, would let the job run again while
+    the thread runs on): the row comes back through recovery once its lease runs out."""
+    stopping = workers(*APP, "--grace", "1")
+    [job] = enqueue(sql, "hangs", args='{"seconds": 3600}')
+    wait_for(lambda: oracle.read_runs(runs_log), 30, "the handler to start")
+    signalled = time.monotonic()
+    stopping.signal(signal.SIGTERM)
+    assert stopping.wait(40) == 0, stopping.output()
+    gone = time.monotonic()
+    # The grace (1 s), the forced-stop wait (10 s), then past the stuck executor (1 s).
+    assert gone - signalled < 1 + 10 + 1 + 5, stopping.output()
+    out = stopping.output()
+    assert "the worker is stopping" in out and "no completion is written" in out, out
+    assert f"job {job} (hangs)" in out, out
+
+    rescuer = workers(*APP)
+    wait_for(lambda: all_terminal(sql, 1), 60, "the job to be recovered and run")
+    report = oracle.check(sql, runs_log, jobs=[job], attempts=2, killed={stopping.pid: gone})
+    assert report.overlaps == []
+    assert report.final[job][0] == "succeeded" and report.final[job][2]["pid"] == rescuer.pid
