@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,21 @@ class Context:
     _log: Any = field(default=None, repr=False)
     _locker: Any = field(default=None, repr=False)
     _args: dict[str, Any] | None = field(default=None, repr=False)
+    _stop: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def should_stop(self) -> bool:
+        """True once this attempt has been asked to stop: its execution timeout passed, its
+        lease was lost, an operator cancelled the job, or the worker is shutting down.
+
+        For sync (``def``) handlers, which run in a thread that cannot be killed: poll it in
+        long loops and return (or raise) soon after it turns True. Until the handler
+        returns, the worker holds the job (no retry can start, here or elsewhere) and one of
+        its executors; then the attempt is recorded by why it was stopped (a timeout is a
+        failure under the budget), whatever the handler returned. An async handler is
+        cancelled instead (``CancelledError`` at its next ``await``), and this stays False.
+        """
+        return self._stop is not None and self._stop.is_set()
 
     @property
     def args(self) -> dict[str, Any]:

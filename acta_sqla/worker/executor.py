@@ -3,6 +3,20 @@
 Whatever a handler does (returns, raises, hangs past its timeout, is cancelled, returns
 garbage), the executor builds a completion and hands it to the finalizer, and only then
 returns its permit: no row is ever stranded in ``executing`` by the worker's own code.
+
+Sync (``def``) handlers run in the worker's thread pool, and a thread cannot be killed.
+When a sync attempt is asked to stop (its timeout, its attempt deadline, an operator's
+cancel, the shutdown) while its thread still runs, the executor raises ``ctx.should_stop``
+and then waits for the thread: the completion is not written, the row stays in the
+registry (so the heartbeat keeps renewing it) and the permit stays taken until the thread
+returns; then the attempt is recorded by why it was stopped (a timeout: a failure under
+the budget), with its true run time. Writing the timeout at once let the retry start,
+even in the same worker, while the first thread still ran: two runs of one job at once
+(I4). Bounded: the row is renewed for at most the kind's timeout plus one lease after the
+stop (:func:`overrun_cap`); past that, the registry lets go of it and its lease runs out,
+so a thread that never returns holds its job for a bounded time (another run may then
+start while it runs on, after the earlier lease ran out: I4 as written), while its permit
+stays taken (one executor fewer) until it returns.
 """
 
 from __future__ import annotations
@@ -11,8 +25,10 @@ import asyncio
 import contextlib
 import functools
 import json
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
@@ -21,7 +37,7 @@ from ..app import Handler
 from ..context import Context
 from ..errors import Cancel, Fail, Retry
 from ..policy import Policy
-from ..settings import MAX_RESULT_BYTES
+from ..settings import MAX_RESULT_BYTES, ActaSettings, Timings
 from ..values import Completion, Outcome
 from . import completions
 from .clock import Clock
@@ -61,6 +77,32 @@ class ResultError(Exception):
     """A handler's return value could not be stored."""
 
 
+DEFAULT_LEASE_SECONDS = Timings.from_heartbeat(
+    ActaSettings.model_fields["heartbeat_interval"].default
+).lease
+
+
+def overrun_cap(policy: Policy, lease: float) -> float:
+    """How long after a sync attempt was asked to stop its row is still renewed while its
+    thread runs on: as long again as the kind's timeout (a handler that is merely slow
+    finishes cleanly, and nothing else runs the job meanwhile), plus one lease (so that even
+    a tiny timeout leaves a slow return time to land before the row is let go)."""
+    return policy.timeout + lease
+
+
+@dataclass(slots=True)
+class SyncCall:
+    """A sync handler's call in the thread pool, and its attempt's stop flag."""
+
+    thread: Future[Any]
+    stop: threading.Event
+
+    def running(self) -> bool:
+        """True while the handler's thread has not returned (a call still queued in the pool
+        and cancelled is done)."""
+        return not self.thread.done()
+
+
 class Executor:
     """One of N executor loops; they share the claimed channel and the completed channel."""
 
@@ -79,6 +121,7 @@ class Executor:
         admit: Admission | None = None,
         worker_id: Callable[[], int | None] = lambda: None,
         lock_store: LockStore | None = None,
+        lease: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.handlers = handlers
         self.policies = policies
@@ -93,6 +136,8 @@ class Executor:
         self.admit = admit
         self.worker_id = worker_id
         self.lock_store = lock_store
+        self.lease = lease
+        """The worker's lease (from its heartbeat interval): part of the overrun cap."""
         self._warned_kinds: set[str] = set()
 
     async def run(self) -> None:
@@ -156,6 +201,8 @@ class Executor:
         except Exception as exc:
             # Args that no longer fit the handler's signature will not fit on a retry.
             return completions.fail_now(job, error_fields(exc), None)
+        # A sync handler's stop flag (``ctx.should_stop``): its thread cannot be cancelled.
+        stop = None if handler.is_async else threading.Event()
         ctx = Context(
             job_id=job.id,
             kind=job.kind,
@@ -165,6 +212,7 @@ class Executor:
             namespace=self.namespace,
             worker_id=self.worker_id(),
             _locker=Locker(self.lock_store, entry, self.clock) if self.lock_store else None,
+            _stop=stop,
         )
         now = self.clock.now()
         entry.started = now
@@ -172,6 +220,7 @@ class Executor:
         entry.state = EntryState.EXECUTING
         result: Any = None
         error: BaseException | None = None
+        call: SyncCall | None = None
         task = asyncio.current_task()
         assert task is not None
         cancelling = task.cancelling()
@@ -182,8 +231,10 @@ class Executor:
             if handler.is_async:
                 result = await handler.fn(ctx, **kwargs)
             else:
-                call = functools.partial(handler.fn, ctx, **kwargs)
-                result = await asyncio.get_running_loop().run_in_executor(self.pool, call)
+                assert stop is not None
+                thread = self.pool.submit(functools.partial(handler.fn, ctx, **kwargs))
+                call = SyncCall(thread, stop)
+                result = await self._wait_thread(entry, call, policy)
         except asyncio.CancelledError as exc:
             if entry.expired:
                 error = exc  # the alarm's (or a fire's) cancel: reported by _stopped
@@ -191,7 +242,7 @@ class Executor:
                 # The handler raised it itself (or awaited something cancelled): a failure.
                 error = exc
             else:
-                self._interrupted(entry, exc, now)
+                self._interrupted(entry, exc, now, call)
                 raise
         except BaseException as exc:  # a handler must never take the worker down
             error = exc
@@ -200,7 +251,7 @@ class Executor:
         if entry.expired and task.uncancel() > cancelling:
             # The executor task itself is also being cancelled (the loop is going down).
             exc = asyncio.CancelledError()
-            self._interrupted(entry, exc, now)
+            self._interrupted(entry, exc, now, call)
             raise exc
         ran = self.clock.now() - now
         if entry.expired:
@@ -218,9 +269,97 @@ class Executor:
             return completions.cancelled(job, error_fields(error), ran)
         return completions.failed(job, policy, error_fields(error), ran)
 
-    def _interrupted(self, entry: Entry, exc: BaseException, started: float) -> None:
+    async def _wait_thread(self, entry: Entry, call: SyncCall, policy: Policy) -> Any:
+        """The sync handler's result, once its thread returns.
+
+        Asked to stop (the alarm rang or the attempt was fired: this task is cancelled with
+        ``entry.expired`` set) while the thread runs, the attempt is held until the thread
+        returns (see the module's docstring); then the stop's ``CancelledError`` is raised
+        again, so the attempt ends as :meth:`_stopped` says. Cancelled while waiting (the
+        loop is going down), the cancel goes through at once."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wrap_future(call.thread, loop=loop)
+        except asyncio.CancelledError:
+            call.thread.cancel()  # a call still queued in the pool never starts
+            if not entry.expired or not call.running():
+                raise
+            await self._overrun(entry, call, policy)
+            raise
+
+    async def _overrun(self, entry: Entry, call: SyncCall, policy: Policy) -> None:
+        """Hold a sync attempt that was asked to stop until its thread returns."""
+        call.stop.set()
+        # Why it stopped is decided now: renewals during the overrun move the deadline on,
+        # and a later cancel or shutdown must not rewrite a timeout (a cancel request still
+        # wins over the retry when the completion is written).
+        entry.stop_reason = self._reason(entry)
+        asked = self.clock.now()
+        cap = overrun_cap(policy, self.lease)
+        entry.overrun_until = asked + cap
+        job = entry.job
+        log.bind(event="sync_overrun", job_id=job.id, kind=job.kind).warning(
+            "job {} ({}): the sync handler was asked to stop ({}) but is still running, and "
+            "a thread cannot be killed: the job stays held (no retry starts, its lease is "
+            "renewed for up to {:g}s more) and keeps one of this worker's executors until "
+            "the handler returns. Long sync handlers should poll ctx.should_stop",
+            job.id,
+            job.kind,
+            _why(entry.stop_reason, policy),
+            cap,
+        )
+        timer = self.clock.call_at(entry.overrun_until, lambda: self._let_go(entry, cap))
+        try:
+            await asyncio.wait((asyncio.wrap_future(call.thread, loop=asyncio.get_running_loop()),))
+        finally:
+            timer.cancel()
+        log.bind(event="sync_overrun_ended", job_id=job.id, kind=job.kind).info(
+            "job {} ({}): the sync handler returned {:.1f}s after it was asked to stop",
+            job.id,
+            job.kind,
+            self.clock.now() - asked,
+        )
+
+    def _let_go(self, entry: Entry, cap: float) -> None:
+        """The overrun cap passed with the thread still running: the registry lets go of the
+        row (the heartbeat no longer renews it), so its lease runs out and recovery takes it
+        back. The permit stays taken until the thread returns."""
+        if entry.state is not EntryState.EXECUTING:
+            return
+        self.registry.remove(entry.key)
+        log.bind(event="sync_overrun_let_go", job_id=entry.job.id, kind=entry.job.kind).warning(
+            "job {} ({}): the sync handler is still running {:g}s after it was asked to stop: "
+            "its lease is no longer renewed, so recovery takes the job back when the lease "
+            "runs out and it may run again while this thread runs on; the thread keeps one "
+            "of this worker's executors until it returns",
+            entry.job.id,
+            entry.job.kind,
+            cap,
+        )
+
+    def _interrupted(
+        self, entry: Entry, exc: BaseException, started: float, call: SyncCall | None = None
+    ) -> None:
         """The executor task itself is being cancelled (the loop is going down): hand the
-        completion over before the cancel goes through."""
+        completion over before the cancel goes through.
+
+        Not while a sync handler's thread still runs: an uncharged completion, due at once,
+        would let the job run again while the thread runs on. Its row is left to its lease
+        instead (renewals end now); the process is going down, and the thread with it."""
+        if call is not None and call.running():
+            call.stop.set()
+            entry.overrun_until = self.clock.now()
+            if entry.stop_reason is None:
+                entry.stop_reason = Outcome.INTERRUPTED
+            self.permits.release(1)
+            log.bind(event="sync_left_running", job_id=entry.job.id, kind=entry.job.kind).warning(
+                "job {} ({}): the worker is stopping while the sync handler still runs (a "
+                "thread cannot be killed): no completion is written, and the job comes back "
+                "through recovery once its lease runs out",
+                entry.job.id,
+                entry.job.kind,
+            )
+            return
         ran = self.clock.now() - started
         with contextlib.suppress(asyncio.QueueFull):  # else: recovered by lease
             self.completed.put_nowait(completions.interrupted(entry.job, error_fields(exc), ran))
@@ -229,13 +368,28 @@ class Executor:
 
     def _stopped(self, entry: Entry, policy: Policy, ran: float) -> Completion:
         """The attempt's alarm rang (or it was fired): say why, as its completion."""
-        reason = entry.stop_reason
-        if reason is None:
-            # The alarm rang at the earlier of the two; which one is decided by comparing
-            # them, not by reading the clock again (uvloop rounds timers to milliseconds and
-            # its clock may read a hair before the deadline that fired).
-            reason = Outcome.TIMEOUT if entry.timeout_at <= entry.deadline else Outcome.LEASE_LOST
-        return completions.stopped(entry.job, policy, reason, ran)
+        return completions.stopped(entry.job, policy, self._reason(entry), ran)
+
+    @staticmethod
+    def _reason(entry: Entry) -> Outcome:
+        """Why the attempt was asked to stop: fired for a reason, or its alarm rang."""
+        if entry.stop_reason is not None:
+            return entry.stop_reason
+        # The alarm rang at the earlier of the two; which one is decided by comparing
+        # them, not by reading the clock again (uvloop rounds timers to milliseconds and
+        # its clock may read a hair before the deadline that fired).
+        return Outcome.TIMEOUT if entry.timeout_at <= entry.deadline else Outcome.LEASE_LOST
+
+
+def _why(reason: Outcome, policy: Policy) -> str:
+    if reason is Outcome.TIMEOUT:
+        return f"its {policy.timeout:g}s execution timeout passed"
+    return {
+        Outcome.LEASE_LOST: "its lease was not confirmed in time",
+        Outcome.LOCK_LOST: "a named lock it held was lost",
+        Outcome.CANCELLED: "the job was cancelled",
+        Outcome.INTERRUPTED: "the worker is stopping",
+    }.get(reason, reason.value)
 
 
 class Executors:
@@ -270,7 +424,8 @@ class Executors:
     async def stop(self, seconds: float) -> int:
         """End every loop: one ``None`` per executor on the Claimed channel (each returns
         once it has finished the entry in hand), then, after ``seconds``, cancel
-        those still running (a cancelled attempt hands over an interrupted completion).
+        those still running (a cancelled attempt hands over an interrupted completion,
+        unless its sync handler's thread still runs: that row is left to its lease).
         Returns how many had to be cancelled. Idempotent: a second call returns 0."""
         if self._stopped:
             return 0

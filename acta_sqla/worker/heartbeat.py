@@ -31,7 +31,11 @@ class Heartbeat:
     the recovery pass, the pass runs beside the loop.
 
     An entry whose deadline already fired is not renewed: its handler was told to stop,
-    and the lease must be allowed to run out if it does not.
+    and the lease must be allowed to run out if it does not. The one exception is a sync
+    handler asked to stop whose thread still runs (a thread cannot be killed): its row is
+    renewed on while the thread runs, up to its overrun cap, so that no retry starts
+    while it runs (:meth:`Entry.renewable`, worker/executor.py); once a beat finds that
+    row lost, it is not renewed again.
 
     Cadence: beats START on a fixed schedule, one interval apart (not one interval after
     the previous beat ended), and a beat that has not answered when the next one is due is
@@ -115,9 +119,7 @@ class Heartbeat:
 
     async def run_once(self) -> HeartbeatReport | None:
         now = self.clock.now()
-        snapshot = [
-            e for e in self.registry if e.state is EntryState.FINALIZING or not e.fired(now)
-        ]
+        snapshot = [e for e in self.registry if e.renewable(now)]
         held = [(e.job.id, e.job.execution_id, e.started is not None) for e in snapshot]
         locks = [(name, e.job.id, e.job.execution_id) for e in snapshot for name in e.locks]
         started = self.clock.now()
@@ -152,6 +154,10 @@ class Heartbeat:
             elif entry.state is not EntryState.FINALIZING:
                 lost += 1
                 self.registry.fire(entry, Outcome.LEASE_LOST, after)
+                if entry.overrun_until is not None:
+                    # An overrunning sync attempt's row is no longer ours: renewing it on
+                    # would only fail again, beat after beat.
+                    entry.overrun_until = min(entry.overrun_until, after)
         for name, job_id, execution_id in locks:
             if (name, job_id, execution_id) not in report.locks_renewed:
                 entry = self.registry.get((job_id, execution_id))

@@ -56,6 +56,10 @@ class Entry:
     """Named locks this attempt holds (with how deep), renewed by the heartbeat."""
     registry: Registry | None = field(default=None, repr=False)
     """The registry holding this entry (for its ``catch_up`` before a deadline is trusted)."""
+    overrun_until: float | None = None
+    """Set when a sync handler was asked to stop while its thread still runs (a thread
+    cannot be killed): the row stays held and renewed until this loop time at most, so that
+    no retry starts while the thread runs (worker/executor.py). None otherwise."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -63,8 +67,22 @@ class Entry:
 
     def fired(self, now: float) -> bool:
         """True once the attempt must stop: asked to, or past its deadline."""
-        if self.stop_reason is not None:
+        return self.stop_reason is not None or self.past_deadline(now)
+
+    def renewable(self, now: float) -> bool:
+        """Whether the heartbeat renews this row now: while its completion is being written,
+        while its attempt has not been asked to stop, and, for a sync handler that was asked
+        to stop but whose thread still runs, until its overrun cap while its renewals keep
+        being confirmed (a lost lease is not renewed on: the deadline passes)."""
+        if self.state is EntryState.FINALIZING:
             return True
+        if self.overrun_until is not None:
+            return now < self.overrun_until and not self.past_deadline(now)
+        return not self.fired(now)
+
+    def past_deadline(self, now: float) -> bool:
+        """True once ``now`` is past the attempt deadline (after any renewals the lifeline
+        made while the loop was blocked have been applied)."""
         if now < self.deadline:
             return False
         # Past its deadline as the loop last knew it. If the loop was just blocked, the

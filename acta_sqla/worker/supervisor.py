@@ -187,6 +187,7 @@ class Worker:
                     self.clock,
                     worker_id=lambda: self.worker_id,
                     lock_store=store,
+                    lease=self.timings.lease,
                 )
                 for _ in range(self.executors_count)
             ],

@@ -5,22 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from loguru import logger
 
 from acta_sqla import Acta, Cancel, Context, Fail, Retry
 from acta_sqla.policy import Policy
 from acta_sqla.settings import Timings
-from acta_sqla.values import Completion, Outcome
+from acta_sqla.values import Completion, HeartbeatReport, Outcome
 from acta_sqla.worker.clock import Clock
 from acta_sqla.worker.executor import Executor, Executors
+from acta_sqla.worker.heartbeat import Heartbeat
 from acta_sqla.worker.inflight import Entry, EntryState, Permits, Registry
 
-from .fakes import job, until
+from .fakes import FakeClock, FakeStore, job, until
 
 TIMINGS = Timings.from_heartbeat(45.0)
+SHORT = Timings.from_heartbeat(0.5)
+LEASE = SHORT.lease
+"""2 s: the overrun cap of the 1 s ``overruns`` is 1 + 2 = 3 s after its stop."""
 
 acta = Acta(namespace="unit")
 calls: list[Any] = []
@@ -82,9 +88,35 @@ def sync_handler(ctx: Context, name: str) -> str:
     return f"{name} from {threading.current_thread().name}"
 
 
+class Gate:
+    """Holds a sync handler's thread until the test lets it return."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.saw_stop: list[bool] = []
+
+
+gate = Gate()
+
+
+@acta.job(timeout=1.0, max_attempts=3)
+def overruns(ctx: Context) -> str:
+    """Ignores its timeout until the test releases it (a thread cannot be killed)."""
+    gate.entered.set()
+    assert gate.release.wait(30), "the test never released the handler"
+    gate.saw_stop.append(ctx.should_stop)
+    return "too late"
+
+
+@acta.job
+async def async_stop_flag(ctx: Context) -> bool:
+    return ctx.should_stop
+
+
 class Harness:
-    def __init__(self, completed_size: int = 16) -> None:
-        self.registry = Registry()
+    def __init__(self, completed_size: int = 16, clock: Any = None) -> None:
+        self.registry = Registry(clock)
         self.permits = Permits(4)
         self.claimed: asyncio.Queue[Entry | None] = asyncio.Queue(maxsize=4)
         self.completed: asyncio.Queue[Completion | None] = asyncio.Queue(maxsize=completed_size)
@@ -99,7 +131,8 @@ class Harness:
             "unit",
             safety_poll=1.0,
             pool=self.pool,
-            clock=Clock(),
+            clock=clock or Clock(),
+            lease=LEASE,
         )
 
     def take_permit(self) -> None:
@@ -321,3 +354,165 @@ async def test_executors_stop_cancels_a_loop_still_running_after_its_time() -> N
     await asyncio.wait(executors.tasks, timeout=5)
     c = h.completed.get_nowait()
     assert c is not None and c.outcome is Outcome.INTERRUPTED  # handed over, uncharged
+
+
+# ------------------------------------------------------------- a sync handler past its timeout
+
+
+class Overrun:
+    """One ``overruns`` attempt on a fake clock, with the heartbeat (0.5 s beats, 2 s lease)
+    renewing what the registry holds against a fake store that renews everything."""
+
+    def __init__(self) -> None:
+        global gate
+        gate = Gate()
+        self.clock = FakeClock()
+        self.h = Harness(clock=self.clock)
+        self.store = FakeStore()
+        self.heartbeat = Heartbeat(self.store, self.h.registry, SHORT, self.clock)
+        self.warnings: list[str] = []
+
+    async def start(self) -> tuple[Entry, asyncio.Task[None]]:
+        self.h.take_permit()
+        entry = self.h.registry.add(job(1, "overruns"), self.clock.now() + SHORT.attempt_deadline)
+        task = asyncio.create_task(self.h.executor.run_once(entry))
+        await until(gate.entered.is_set, what="the handler's thread to start")
+        return entry, task
+
+    async def beat(self) -> list[tuple[int, int]]:
+        """One beat, every held row renewed; the keys it held."""
+        self.store.report = HeartbeatReport(
+            renewed=frozenset(e.key for e in self.h.registry),
+            busy=frozenset(),
+            cancel_requested=frozenset(),
+            definitions_version=1,
+            recovery_due=False,
+        )
+        await self.heartbeat.run_once()
+        return [(j, x) for j, x, _ in self.store.heartbeats[-1]]
+
+    async def beats(self, seconds: float) -> list[list[tuple[int, int]]]:
+        """Beat every 0.5 s for ``seconds``; what each beat held."""
+        held = []
+        for _ in range(round(seconds / 0.5)):
+            self.clock.advance(0.5)
+            held.append(await self.beat())
+        return held
+
+    async def time_out(self, entry: Entry) -> None:
+        """The kind's 1 s timeout passes (one beat on the way): the alarm asks the attempt
+        to stop."""
+        assert await self.beats(0.5) == [[entry.key]]
+        self.clock.advance(0.5)
+        await until(lambda: entry.overrun_until is not None, what="the attempt to be told")
+
+    def release(self) -> None:
+        gate.release.set()
+
+
+@pytest.fixture
+def overrun() -> Iterator[Overrun]:
+    o = Overrun()
+    sink = logger.add(lambda m: o.warnings.append(str(m)), level="WARNING", format="{message}")
+    logger.enable("acta_sqla")
+    yield o
+    logger.disable("acta_sqla")
+    logger.remove(sink)
+    o.release()
+    o.h.pool.shutdown(wait=True)
+
+
+async def test_a_sync_attempt_past_its_timeout_is_held_until_its_thread_returns(
+    overrun: Overrun,
+) -> None:
+    entry, task = await overrun.start()
+    await overrun.time_out(entry)
+    # Asked to stop, not stopped: no completion (so no retry can be due), the permit still
+    # taken, the row still held and renewed beat after beat while the thread runs.
+    assert overrun.h.completed.empty() and overrun.h.permits.free == 3
+    assert overrun.h.registry.get(entry.key) is entry and entry.state is EntryState.EXECUTING
+    # Two seconds of beats: past the 1.25 s attempt deadline the stop found, too.
+    assert await overrun.beats(2.0) == [[entry.key]] * 4
+    assert entry.deadline == overrun.clock.now() + SHORT.attempt_deadline
+    assert not task.done()
+    assert any("job 1 (overruns)" in w and "should_stop" in w for w in overrun.warnings)
+
+    overrun.release()
+    await task
+    c = overrun.h.completed.get_nowait()
+    # Recorded as the timeout it was, charged and retried, with its true run time.
+    assert c is not None and (c.outcome, c.status) == (Outcome.TIMEOUT, "ready")
+    assert "execution timeout" in (c.error_message or "")
+    assert c.ran_seconds == pytest.approx(3.0)
+    assert overrun.h.permits.free == 4
+    assert gate.saw_stop == [True]  # ctx.should_stop was raised for the handler to see
+
+
+async def test_an_overrun_past_its_cap_lets_the_row_go_and_keeps_the_permit(
+    overrun: Overrun,
+) -> None:
+    entry, task = await overrun.start()
+    await overrun.time_out(entry)
+    # Renewed for the kind's timeout plus one lease (3 s) after the stop, then let go.
+    assert await overrun.beats(3.0) == [[entry.key]] * 5 + [[]]
+    # Past the cap: the registry lets go, the heartbeat no longer renews the row (its lease
+    # runs out and recovery takes it back), but the thread still holds its executor.
+    assert overrun.h.registry.get(entry.key) is None
+    assert overrun.h.permits.free == 3 and overrun.h.completed.empty()
+    assert any("no longer renewed" in w and "job 1 (overruns)" in w for w in overrun.warnings)
+
+    overrun.clock.advance(10.0)
+    overrun.release()
+    await task
+    c = overrun.h.completed.get_nowait()
+    # Still written (the database fences it out if the row was taken back meanwhile).
+    assert c is not None and c.outcome is Outcome.TIMEOUT
+    assert c.ran_seconds == pytest.approx(14.0)  # 1 + 3 + 10
+    assert overrun.h.permits.free == 4
+
+
+async def test_a_stopping_worker_leaves_an_overrunning_row_to_its_lease(
+    overrun: Overrun,
+) -> None:
+    entry, task = await overrun.start()
+    await overrun.time_out(entry)
+    task.cancel()  # the loop is going down (the shutdown cancels stuck executors)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # No interrupted completion (due at once, it would let the job run again while this
+    # thread runs on): the row is left to its lease, no longer renewed.
+    assert overrun.h.completed.empty()
+    assert overrun.h.permits.free == 4
+    assert await overrun.beat() == []
+    assert any("no completion is written" in w for w in overrun.warnings)
+
+
+async def test_a_lost_row_of_an_overrunning_attempt_is_not_renewed_again(
+    overrun: Overrun,
+) -> None:
+    entry, task = await overrun.start()
+    await overrun.time_out(entry)
+    overrun.clock.advance(0.5)
+    overrun.store.report = HeartbeatReport(
+        renewed=frozenset(),  # recovered or taken over
+        busy=frozenset(),
+        cancel_requested=frozenset(),
+        definitions_version=1,
+        recovery_due=False,
+    )
+    await overrun.heartbeat.run_once()
+    assert overrun.store.heartbeats[-1] != []
+    overrun.clock.advance(0.5)
+    assert await overrun.beat() == []  # within the cap, but the row is no longer ours
+    assert overrun.h.completed.empty()  # still waiting for the thread
+    overrun.release()
+    await task
+    c = overrun.h.completed.get_nowait()
+    assert c is not None and c.outcome is Outcome.TIMEOUT  # why it was asked to stop
+
+
+async def test_a_sync_handler_that_returns_in_time_is_not_held(h: Harness) -> None:
+    c = await h.run("sync_handler", '{"name": "y"}')
+    assert c.outcome is Outcome.SUCCEEDED and h.registry.get((1, 1001)) is not None
+    c = await h.run("async_stop_flag")
+    assert c.result_json == "false"  # an async handler is cancelled instead

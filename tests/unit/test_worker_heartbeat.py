@@ -214,3 +214,43 @@ async def test_a_beat_after_seven_silent_beats_reports_the_silence() -> None:
     clock.advance(TIMINGS.worker_dead_after + 5)
     await hb.run_once()
     assert silences == [TIMINGS.worker_dead_after + 5]
+
+
+async def test_an_overrunning_sync_attempt_is_renewed_until_its_cap() -> None:
+    """A sync attempt asked to stop whose thread still runs keeps its row (renewed, although
+    it was told to stop) until its overrun cap; an attempt told to stop otherwise does not."""
+    clock = FakeClock(start=100.0)
+    store = FakeStore()
+    registry = Registry()
+    overrun = registry.add(job(1), 150.0)
+    overrun.state = EntryState.EXECUTING
+    overrun.stop_reason = Outcome.CANCELLED  # an operator's cancel reached it
+    overrun.overrun_until = 103.0
+    stopped = registry.add(job(2), 150.0)
+    stopped.state = EntryState.EXECUTING
+    stopped.stop_reason = Outcome.CANCELLED  # an async handler being cancelled
+    store.report = report(renewed=frozenset({overrun.key}))
+    hb = Heartbeat(store, registry, TIMINGS, clock)
+    await hb.run_once()
+    assert [k[:2] for k in store.heartbeats[-1]] == [overrun.key]
+    assert overrun.deadline == 100.0 + TIMINGS.attempt_deadline
+    clock.advance(3.0)  # the cap
+    await hb.run_once()
+    assert store.heartbeats[-1] == []
+
+
+async def test_a_lost_overrunning_row_is_not_renewed_again() -> None:
+    clock = FakeClock(start=100.0)
+    store = FakeStore()
+    registry = Registry()
+    entry = registry.add(job(1), 150.0)
+    entry.state = EntryState.EXECUTING
+    entry.stop_reason = Outcome.TIMEOUT
+    entry.overrun_until = 400.0
+    store.report = report()  # not renewed: recovered or taken over
+    hb = Heartbeat(store, registry, TIMINGS, clock)
+    await hb.run_once()
+    assert entry.overrun_until == 100.0
+    clock.advance(1.0)
+    await hb.run_once()
+    assert store.heartbeats[-1] == []
