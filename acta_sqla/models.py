@@ -350,13 +350,21 @@ class Schedule(Base):
 
 
 class RateMeter(Base):
-    """A rate limit's shared meter: a token bucket per (namespace, key)."""
+    """A rate limit's shared meter per (namespace, key): GCRA without burst (migration
+    0006's ``admit``), so starts are at least ``period / N`` apart."""
 
     __tablename__ = "rate_meter"
 
     namespace: Mapped[str] = mapped_column(Text, primary_key=True)
     key: Mapped[str] = mapped_column(Text, primary_key=True)
-    tokens: Mapped[float] = mapped_column(Double)
+    next_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=text("'-infinity'::timestamptz")
+    )
+    """The earliest time the key admits again."""
+    booked: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=text("'-infinity'::timestamptz")
+    )
+    """The latest time a refused job was told to come back (refusals queue behind it)."""
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

@@ -334,6 +334,14 @@ WHERE k.lease_expires_at < now()
    OR (k.job_id = excluded.job_id AND k.execution_id = excluded.execution_id)
 RETURNING 1;
 
+-- admission.admit: admit: for each request of ``$2`` (a JSON array of ``[job_id, execution_id,
+--   limit, rate_count, rate_period, bounce_seconds]``) of namespace ``$1``, by worker ``$3``: a
+--   verdict (``admitted``, ``slot``, ``rate``, ``lost``) and the seconds to wait before it is due
+--   again. Guard: the job must be 'executing' under the given execution id (else ``lost``, nothing
+--   taken); slots count only live holders (executing under the slot's execution id, lease
+--   unexpired).
+SELECT job_id, verdict, wait FROM "acta".admit($1, $2::jsonb, $3);
+
 -- definitions.load_definitions: The namespace's definitions version and every kind's declared and
 --   override policies (one row with a null kind when the namespace has none).
 SELECT d.kind, d.declared::text, d.overrides::text, n.definitions_version
@@ -698,7 +706,8 @@ CREATE TABLE acta.namespace (
 CREATE TABLE acta.rate_meter (
 	namespace TEXT NOT NULL,
 	key TEXT NOT NULL,
-	tokens DOUBLE PRECISION NOT NULL,
+	next_at TIMESTAMP WITH TIME ZONE DEFAULT '-infinity'::timestamptz NOT NULL,
+	booked TIMESTAMP WITH TIME ZONE DEFAULT '-infinity'::timestamptz NOT NULL,
 	updated_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
 	CONSTRAINT rate_meter_pkey PRIMARY KEY (namespace, key)
 );
