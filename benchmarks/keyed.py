@@ -67,6 +67,8 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
     db = "bench_keyed"
     await admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     await admin.execute(f"CREATE DATABASE {db}")
+    # Count calls of acta's functions (admit, the terminal-effects trigger).
+    await admin.execute(f"ALTER DATABASE {db} SET track_functions = 'pl'")
     url = dsn.rsplit("/", 1)[0] + f"/{db}"
     await asyncio.to_thread(migrate.upgrade, url)
     conn = await asyncpg.connect(url)
@@ -100,6 +102,20 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
         finally:
             proc.terminate()
             proc.wait(timeout=60)
+        await asyncio.sleep(1.0)  # the worker's backends report their statistics on exit
+        funcs = {
+            r[0]: (r[1], r[2])
+            for r in await conn.fetch(
+                "SELECT funcname, calls, total_time FROM pg_stat_user_functions"
+            )
+        }
+        admit_calls = funcs.get("admit", (0, 0.0))[0]
+        if os.environ.get("ACTA_BENCH_DEBUG"):
+            for r in await conn.fetch(
+                "SELECT relname, seq_scan, seq_tup_read, idx_scan, n_dead_tup "
+                "FROM pg_stat_user_tables WHERE schemaname = 'acta'"
+            ):
+                print(dict(r))
         seq1 = await conn.fetchval(
             "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM acta.execution_id_seq"
         )
@@ -108,6 +124,9 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
             "jobs_per_s": n / wall,
             "bounces_per_job": max(0, claims - n) / n,
             "pg_us_per_job": pg / n * 1e6,
+            "jobs_per_admit_call": n / float(admit_calls) if admit_calls else 0.0,
+            "admit_us_per_job": funcs.get("admit", (0, 0.0))[1] * 1000 / n,
+            "trigger_us_per_job": funcs.get("job_terminal_effects", (0, 0.0))[1] * 1000 / n,
         }
     finally:
         await conn.close()
