@@ -173,6 +173,15 @@ class Job(Base):
             postgresql_where=text(_TERMINAL_SQL),
         ),
         Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
+        # A lane's unfinished jobs in order: the enqueue's "is the lane busy?" and the
+        # hand-on's "oldest waiting job" (migration 0006's triggers).
+        Index(
+            "job_lane_idx",
+            "namespace",
+            "lane_key",
+            "id",
+            postgresql_where=text(f"lane_key IS NOT NULL AND {_ACTIVE_SQL}"),
+        ),
         {"schema": SCHEMA},
     )
 

@@ -1,4 +1,4 @@
-"""admission: concurrency slots and rate meters taken in one call per batch
+"""admission: concurrency slots and rate meters taken in one call per batch; lanes
 
 Revision ID: 0006
 Revises: 0003
@@ -27,6 +27,18 @@ at once.
 Slot and meter writes are fenced by (job, execution): a job not ``executing`` under the
 given execution id answers ``lost`` and takes nothing. The slot is freed by the
 terminal-effects trigger (0003) on every way out of ``executing``.
+
+Lanes: jobs of one (namespace, lane_key) run one at a time, in the order their enqueuing
+transactions committed. ``job_lane_enter`` (BEFORE INSERT, and BEFORE an operator's retry
+moves a finished job back to ``ready``) takes a transaction lock on the lane and makes
+the row ``waiting`` if the lane has another unfinished job: held until the enqueuer
+commits, the lock orders the lane's enqueues by commit (and so their ids), and a second
+transaction enqueueing into the lane at the same time waits, then sees the first's row.
+The terminal-effects trigger gains the hand-on: when a lane's head (a job that was not
+``waiting``) reaches a terminal state, it takes the same lock and makes the lane's oldest
+``waiting`` job ``ready`` (the NOTIFY trigger of 0001 then wakes the workers). A retry
+(``executing`` -> ``ready``) is not terminal: the job keeps its place at the head. A
+``waiting`` job cancelled leaves the lane without handing anything on.
 """
 
 from collections.abc import Sequence
@@ -35,6 +47,8 @@ import sqlalchemy as sa
 
 from acta_sqla.migrate import target_schema
 from alembic import op
+
+TERMINAL = "('succeeded', 'failed', 'cancelled')"
 
 revision: str = "0006"
 down_revision: str | Sequence[str] | None = "0003"
@@ -208,13 +222,104 @@ def upgrade() -> None:
     # count of live slots) through a sequential scan of the table and its dead rows: 2.4
     # million rows read over a 20,000-job drain, the trigger costing 160 us per keyed
     # job instead of 10. Both functions look slots up by primary key whatever the
-    # statistics say.
-    op.execute(f"ALTER FUNCTION {s}.job_terminal_effects() SET enable_seqscan = off")
+    # statistics say (the SET clause of the terminal-effects function below).
+
+    # ------------------------------------------------------------------ lanes
+    op.create_index(
+        "job_lane_idx",
+        "job",
+        ["namespace", "lane_key", "id"],
+        schema=schema,
+        postgresql_where=sa.text(
+            "lane_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting')"
+        ),
+    )
+    lock = (
+        "pg_advisory_xact_lock(hashtextextended('acta.lane' || chr(31) || {ns} || chr(31)"
+        " || {lane}, 0))"
+    )
+    op.execute(f"""
+        CREATE FUNCTION {s}.job_lane_enter() RETURNS trigger LANGUAGE plpgsql
+        SET enable_seqscan = off AS $$
+        BEGIN
+            PERFORM {lock.format(ns="NEW.namespace", lane="NEW.lane_key")};
+            IF EXISTS (
+                SELECT 1 FROM {s}.job AS j
+                WHERE j.namespace = NEW.namespace AND j.lane_key = NEW.lane_key
+                  AND j.status IN ('ready', 'executing', 'waiting')
+                  AND j.id IS DISTINCT FROM NEW.id
+            ) THEN
+                NEW.status := 'waiting';
+            END IF;
+            RETURN NEW;
+        END $$""")
+    op.execute(f"""
+        CREATE TRIGGER job_lane_enter_insert BEFORE INSERT ON {s}.job
+        FOR EACH ROW WHEN (NEW.lane_key IS NOT NULL AND NEW.status = 'ready')
+        EXECUTE FUNCTION {s}.job_lane_enter()""")
+    op.execute(f"""
+        CREATE TRIGGER job_lane_enter_retry BEFORE UPDATE OF status ON {s}.job
+        FOR EACH ROW WHEN (NEW.lane_key IS NOT NULL AND NEW.status = 'ready'
+                           AND OLD.status IN {TERMINAL})
+        EXECUTE FUNCTION {s}.job_lane_enter()""")
+    # The terminal effects: free the slot (as in 0003), then hand the lane on.
+    op.execute(f"""
+        CREATE OR REPLACE FUNCTION {s}.job_terminal_effects() RETURNS trigger
+        LANGUAGE plpgsql SET enable_seqscan = off AS $$
+        BEGIN
+            IF OLD.concurrency_key IS NOT NULL THEN
+                DELETE FROM {s}.concurrency_slot
+                WHERE namespace = OLD.namespace AND key = OLD.concurrency_key
+                  AND job_id = OLD.id AND execution_id = OLD.execution_id;
+            END IF;
+            IF OLD.lane_key IS NOT NULL AND OLD.status <> 'waiting'
+               AND NEW.status IN {TERMINAL} THEN
+                PERFORM {lock.format(ns="OLD.namespace", lane="OLD.lane_key")};
+                UPDATE {s}.job SET status = 'ready', run_at = greatest(run_at, now())
+                WHERE id = (
+                    SELECT j.id FROM {s}.job AS j
+                    WHERE j.namespace = OLD.namespace AND j.lane_key = OLD.lane_key
+                      AND j.status = 'waiting'
+                    ORDER BY j.id LIMIT 1
+                );
+            END IF;
+            RETURN NULL;
+        END $$""")
+    op.execute(f"DROP TRIGGER job_terminal_effects ON {s}.job")
+    op.execute(f"""
+        CREATE TRIGGER job_terminal_effects AFTER UPDATE OF status ON {s}.job
+        FOR EACH ROW
+        WHEN ((OLD.concurrency_key IS NOT NULL OR OLD.lane_key IS NOT NULL)
+              AND OLD.status IS DISTINCT FROM NEW.status
+              AND (OLD.status = 'executing' OR NEW.status IN {TERMINAL}))
+        EXECUTE FUNCTION {s}.job_terminal_effects()""")
 
 
 def downgrade() -> None:
     schema = target_schema()
-    op.execute(f'ALTER FUNCTION "{schema}".job_terminal_effects() RESET enable_seqscan')
+    s = f'"{schema}"'
+    op.execute(f"DROP TRIGGER IF EXISTS job_lane_enter_insert ON {s}.job")
+    op.execute(f"DROP TRIGGER IF EXISTS job_lane_enter_retry ON {s}.job")
+    op.execute(f"DROP FUNCTION IF EXISTS {s}.job_lane_enter()")
+    op.drop_index("job_lane_idx", table_name="job", schema=schema)
+    # 0003's trigger and function, as they were.
+    op.execute(f"DROP TRIGGER job_terminal_effects ON {s}.job")
+    op.execute(f"DROP FUNCTION {s}.job_terminal_effects()")
+    op.execute(f"""
+        CREATE FUNCTION {s}.job_terminal_effects() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM {s}.concurrency_slot
+            WHERE namespace = OLD.namespace AND key = OLD.concurrency_key
+              AND job_id = OLD.id AND execution_id = OLD.execution_id;
+            RETURN NULL;
+        END $$""")
+    op.execute(f"""
+        CREATE TRIGGER job_terminal_effects AFTER UPDATE OF status ON {s}.job
+        FOR EACH ROW
+        WHEN (OLD.concurrency_key IS NOT NULL
+              AND OLD.status IS DISTINCT FROM NEW.status
+              AND (OLD.status = 'executing' OR NEW.status IN {TERMINAL}))
+        EXECUTE FUNCTION {s}.job_terminal_effects()""")
     op.execute(f'DROP FUNCTION IF EXISTS "{schema}".admit(text, jsonb, bigint)')
     op.drop_column("rate_meter", "booked", schema=schema)
     op.drop_column("rate_meter", "next_at", schema=schema)
