@@ -32,7 +32,9 @@ Lanes: jobs of one (namespace, lane_key) run one at a time, in the order their e
 transactions committed. ``job_lane_enter`` (BEFORE INSERT, and BEFORE an operator's retry
 moves a finished job back to ``ready``) takes a transaction lock on the lane and makes
 the row ``waiting`` if the lane has another unfinished job: held until the enqueuer
-commits, the lock orders the lane's enqueues by commit (and so their ids), and a second
+commits, the lock orders the lane's enqueues by commit; the row's id is drawn again
+under it, so a lane's ids follow its commit order (a lane job's id is therefore not the
+one its column default drew first: sequences leave gaps anyway). A second
 transaction enqueueing into the lane at the same time waits, then sees the first's row.
 The terminal-effects trigger gains the hand-on: when a lane's head (a job that was not
 ``waiting``) reaches a terminal state, it takes the same lock and makes the lane's oldest
@@ -243,6 +245,12 @@ def upgrade() -> None:
         SET enable_seqscan = off AS $$
         BEGIN
             PERFORM {lock.format(ns="NEW.namespace", lane="NEW.lane_key")};
+            IF TG_OP = 'INSERT' THEN
+                -- The id was drawn before this trigger waited for the lane: draw it again
+                -- under the lock, so a lane's ids follow its commit order (the hand-on
+                -- takes the lowest waiting id).
+                NEW.id := nextval(pg_get_serial_sequence('{s}.job', 'id'));
+            END IF;
             IF EXISTS (
                 SELECT 1 FROM {s}.job AS j
                 WHERE j.namespace = NEW.namespace AND j.lane_key = NEW.lane_key

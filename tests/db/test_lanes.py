@@ -172,3 +172,31 @@ async def test_an_operators_retry_rejoins_a_busy_lane_as_waiting(
     assert await statuses(conn, lane) == ["failed", "ready"]
     await conn.execute("UPDATE acta.job SET status = 'ready' WHERE id = $1", lane[0])
     assert await statuses(conn, lane) == ["waiting", "ready"]
+
+
+async def test_a_lanes_ids_follow_commit_order_even_when_a_later_committer_drew_first(
+    db: str,
+) -> None:
+    """The blocked enqueue drew its default id before it waited for the lane; the first
+    transaction then enqueues again. Ids (which the hand-on follows) must still be in
+    commit order: the first transaction's two jobs, then the second's."""
+    dsn = asyncpg_dsn(db)
+    one, two = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    sql = "INSERT INTO acta.job (kind, lane_key) VALUES ('k', 'Q') RETURNING id"
+    try:
+        t1, t2 = one.transaction(), two.transaction()
+        await t1.start()
+        await t2.start()
+        a = await one.fetchval(sql)
+        blocked = asyncio.create_task(two.fetchval(sql))
+        await asyncio.sleep(0.1)
+        c = await one.fetchval(sql)
+        await t1.commit()
+        b = await blocked
+        await t2.commit()
+        assert a < c < b
+        rows = await one.fetch("SELECT id, status FROM acta.job ORDER BY id")
+        assert [r["status"] for r in rows] == ["ready", "waiting", "waiting"]
+    finally:
+        await one.close()
+        await two.close()

@@ -35,3 +35,10 @@ async def keyed(ctx: Context, key: str, n: int = 0) -> None:
 async def rated(ctx: Context, n: int = 0) -> None:
     record("start", ctx, "rated")
     record("end", ctx, "rated")
+
+
+@acta.job(lane="{line}")
+async def laned(ctx: Context, line: str, seq: int = 0) -> None:
+    record("start", ctx, line)
+    await asyncio.sleep(0.01)
+    record("end", ctx, line)

@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from tests.harness import REPO_ROOT, insert_jobs, spawn_worker
 from tests.waiting import wait_for
@@ -126,4 +129,44 @@ def test_a_rate_of_10_per_second_holds_across_3_workers(
         assert len(in_window) <= 10, f"{len(in_window)} starts in the second from {first}"
     # No burst: 45 starts at one per 100 ms take more than 4 s.
     assert starts[-1] - starts[0] >= 4.0
+    assert sql("SELECT DISTINCT attempts FROM acta.job") == [(1,)]
+
+
+def test_5_lanes_of_40_jobs_from_2_concurrent_sessions_run_one_at_a_time_in_commit_order(
+    sql: Sql, three_workers: list[subprocess.Popen[str]], log: Path, sync_engine: Engine
+) -> None:
+    from tests.e2e.app_admission import acta, laned
+
+    committed: dict[str, list[int]] = defaultdict(list)
+    guard = threading.Lock()
+
+    def session_enqueueing(offset: int) -> None:
+        # One job per transaction, the lanes interleaved, through the public API.
+        for i in range(100):
+            lane = f"lane-{(i + offset) % 5}"
+            with Session(sync_engine) as session, session.begin():
+                job = acta.enqueue_sync(session, laned.job(line=lane, seq=i))
+                session.flush()
+                job_id = job.id
+                # Still inside the transaction, which holds the lane's lock until it
+                # commits: no other enqueue of this lane can commit between this append
+                # and the commit, so this list is the lane's commit order.
+                with guard:
+                    committed[lane].append(job_id)
+
+    threads = [threading.Thread(target=session_enqueueing, args=(k,)) for k in (0, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(v) for v in committed.values()) == [40] * 5
+    wait_for(lambda: succeeded(sql) == 200, timeout=180, what="200 successes")
+    stop(three_workers)
+    runs = read(log)
+    for lane, ids in committed.items():
+        mine = sorted((at, event, job) for event, job, _, _, at, key in runs if key == lane)
+        started = [job for _, event, job in mine if event == "start"]
+        assert started == ids, f"{lane} ran out of commit order"
+        # Strictly alternating start, end, start, end: never two of the lane at once.
+        assert [event for _, event, _ in mine] == ["start", "end"] * len(ids)
     assert sql("SELECT DISTINCT attempts FROM acta.job") == [(1,)]
