@@ -23,3 +23,12 @@ async def keyed_hold(ctx: Context, key: str, seconds: float = 0.0) -> dict[str, 
     await asyncio.sleep(seconds if ctx.attempt == 1 else 0.05)
     record("end", ctx)
     return {"execution": ctx.execution_id}
+
+
+@acta.job(lane="{line}", max_attempts=5)
+async def laned_hold(ctx: Context, line: str, seconds: float = 0.0) -> dict[str, Any]:
+    """A lane's job: holds the lane for ``seconds`` on its first attempt, briefly after."""
+    record("start", ctx)
+    await asyncio.sleep(seconds if ctx.attempt == 1 else 0.05)
+    record("end", ctx)
+    return {"execution": ctx.execution_id}

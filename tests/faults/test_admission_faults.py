@@ -98,3 +98,32 @@ def test_sigkill_of_a_slot_holder_frees_the_slot_when_its_lease_runs_out(
     assert killed_at < first_other < killed_at + 7.0
     assert sql("SELECT count(*) FROM acta.concurrency_slot") == [(0,)]
     assert b.alive()
+
+
+def test_sigkill_of_a_lane_head_the_lane_continues_in_order(
+    sql: Sql, start: object, runs_log: Path
+) -> None:
+    a = start()  # type: ignore[operator]
+    [head] = enqueue(sql, "laned_hold", args=json.dumps({"line": "q", "seconds": 60}), lane_key="q")
+    wait_for(
+        lambda: [r for r in oracle.read_runs(runs_log) if r.job_id == head],
+        what="the lane's head to start in worker A",
+    )
+    rest = [
+        enqueue(sql, "laned_hold", args=json.dumps({"line": "q"}), lane_key="q")[0]
+        for _ in range(4)
+    ]
+    assert sql("SELECT DISTINCT status FROM acta.job WHERE id = ANY(%s)", rest) == [("waiting",)]
+    b = start()  # type: ignore[operator]
+    killed_at = a.kill()
+    wait_for(lambda: all_terminal(sql, 5), timeout=60, what="the whole lane to end")
+
+    expected = {head: 2, **{j: 1 for j in rest}}
+    report = oracle.check(sql, runs_log, attempts=expected, killed={a.pid: killed_at})
+    assert {report.final[j][0] for j in expected} == {"succeeded"}
+    runs = oracle.read_runs(runs_log)
+    assert peak_overlap(runs, {a.pid: killed_at}) == 1, "two of one lane ran at once"
+    # The head again (its retry keeps its place), then the rest in enqueue order.
+    order = [r.job_id for r in sorted(runs, key=lambda r: r.t) if r.event == "start"]
+    assert order == [head, head, *rest]
+    assert b.alive()
