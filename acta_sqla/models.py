@@ -182,6 +182,13 @@ class Job(Base):
             "id",
             postgresql_where=text(f"lane_key IS NOT NULL AND {_ACTIVE_SQL}"),
         ),
+        Index(
+            "job_lane_waiting_idx",
+            "namespace",
+            "lane_key",
+            "id",
+            postgresql_where=text("status = 'waiting' AND lane_key IS NOT NULL"),
+        ),
         {"schema": SCHEMA},
     )
 

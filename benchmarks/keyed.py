@@ -1,6 +1,6 @@
 """The keyed drain beside the plain drain, in one run (issue 11).
 
-    python -m benchmarks.keyed                    # 20,000 jobs, 64 executors, 200 keys, limit 5
+    python -m benchmarks.keyed    # 20,000 jobs, 64 executors; 200 keys of limit 5; 200 lanes
     python -m benchmarks.keyed --n 2000 --trials 1
 
 Each trial drops and creates the database ``bench_keyed`` (``--dsn`` must be a superuser),
@@ -10,7 +10,9 @@ Workloads, alternating within each trial so that machine noise hits both:
 
 * ``plain``: no-op jobs with no key;
 * ``keyed``: no-op jobs over ``--keys`` concurrency keys (job i has key i % keys) with
-  ``concurrency_limit`` ``--limit``.
+  ``concurrency_limit`` 5;
+* ``laned``: no-op jobs in ``--keys`` lanes (job i in lane i % keys): one at a time per
+  lane, each hand-on made by the completion that ends the lane's job.
 
 Reported per workload (medians): jobs/s, bounces per job (claims minus jobs: every claim
 mints one execution id, so the sequence counts them), PostgreSQL CPU per job (every
@@ -50,11 +52,19 @@ async def keyed(ctx: Context, k: int = 0, i: int = 0) -> None:
     """Does nothing, holding one of its key's slots."""
 
 
+@acta.job(lane="l{k}")
+async def laned(ctx: Context, k: int = 0, i: int = 0) -> None:
+    """Does nothing, one at a time in its lane."""
+
+
 INSERTS = {
     "plain": "INSERT INTO acta.job (namespace, kind, args) "
     "SELECT $1, 'plain', jsonb_build_object('i', i) FROM generate_series(1, $2) AS i",
     "keyed": "INSERT INTO acta.job (namespace, kind, args, concurrency_key) "
     "SELECT $1, 'keyed', jsonb_build_object('k', i % $3, 'i', i), 'k' || (i % $3) "
+    "FROM generate_series(1, $2) AS i",
+    "laned": "INSERT INTO acta.job (namespace, kind, args, lane_key) "
+    "SELECT $1, 'laned', jsonb_build_object('k', i % $3, 'i', i), 'l' || (i % $3) "
     "FROM generate_series(1, $2) AS i",
 }
 
@@ -73,7 +83,7 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
     await asyncio.to_thread(migrate.upgrade, url)
     conn = await asyncpg.connect(url)
     try:
-        args = (NAMESPACE, n, keys) if workload == "keyed" else (NAMESPACE, n)
+        args = (NAMESPACE, n) if workload == "plain" else (NAMESPACE, n, keys)
         await conn.execute(INSERTS[workload], *args)
         await conn.execute("ANALYZE")
         await conn.execute("CHECKPOINT")
@@ -148,9 +158,10 @@ async def main_async(a: argparse.Namespace) -> int:
     for w, s in summary.items():
         jobs, bounces, pg = s["jobs_per_s"], s["bounces_per_job"], s["pg_us_per_job"]
         print(f"{w:<8} {jobs:>9.0f} {bounces:>12.3f} {pg:>10.0f}")
-    if "plain" in summary and "keyed" in summary:
-        ratio = summary["keyed"]["jobs_per_s"] / summary["plain"]["jobs_per_s"]
-        print(f"keyed / plain: {ratio:.0%}")
+    for w in ("keyed", "laned"):
+        if "plain" in summary and w in summary:
+            ratio = summary[w]["jobs_per_s"] / summary["plain"]["jobs_per_s"]
+            print(f"{w} / plain: {ratio:.0%}")
     print(json.dumps({"n": a.n, "executors": a.executors, "keys": a.keys, "summary": summary}))
     return 0
 
@@ -165,7 +176,7 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=200)
     ap.add_argument("--executors", type=int, default=64)
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--workloads", default="plain,keyed")
+    ap.add_argument("--workloads", default="plain,keyed,laned")
     return asyncio.run(main_async(ap.parse_args()))
 
 

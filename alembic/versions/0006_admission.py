@@ -236,6 +236,16 @@ def upgrade() -> None:
             "lane_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting')"
         ),
     )
+    # The hand-on's "oldest waiting job of the lane": apart from the index above, so the
+    # walk does not step over the lane's head and the dead entries of every job the lane
+    # already ran (PG CPU per laned job 300 -> see docs/performance.md).
+    op.create_index(
+        "job_lane_waiting_idx",
+        "job",
+        ["namespace", "lane_key", "id"],
+        schema=schema,
+        postgresql_where=sa.text("status = 'waiting' AND lane_key IS NOT NULL"),
+    )
     lock = (
         "pg_advisory_xact_lock(hashtextextended('acta.lane' || chr(31) || {ns} || chr(31)"
         " || {lane}, 0))"
@@ -309,6 +319,7 @@ def downgrade() -> None:
     op.execute(f"DROP TRIGGER IF EXISTS job_lane_enter_insert ON {s}.job")
     op.execute(f"DROP TRIGGER IF EXISTS job_lane_enter_retry ON {s}.job")
     op.execute(f"DROP FUNCTION IF EXISTS {s}.job_lane_enter()")
+    op.drop_index("job_lane_waiting_idx", table_name="job", schema=schema)
     op.drop_index("job_lane_idx", table_name="job", schema=schema)
     # 0003's trigger and function, as they were.
     op.execute(f"DROP TRIGGER job_terminal_effects ON {s}.job")

@@ -675,6 +675,9 @@ CREATE INDEX job_finished_idx ON acta.job (namespace, finished_at) WHERE status 
 -- ddl.index.job_lane_idx
 CREATE INDEX job_lane_idx ON acta.job (namespace, lane_key, id) WHERE lane_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');
 
+-- ddl.index.job_lane_waiting_idx
+CREATE INDEX job_lane_waiting_idx ON acta.job (namespace, lane_key, id) WHERE status = 'waiting' AND lane_key IS NOT NULL;
+
 -- ddl.index.job_lease_idx
 CREATE INDEX job_lease_idx ON acta.job (namespace, lease_expires_at) WHERE lease_expires_at IS NOT NULL;
 
