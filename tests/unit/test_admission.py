@@ -134,3 +134,14 @@ async def test_a_fenced_out_job_is_handed_back_without_running(
     store.answers[1] = ("lost", 0.0)
     done = await admission(entry(1, "keyed", key="c:1"))
     assert done is not None and done.outcome is Outcome.HANDBACK and done.refund
+
+
+def test_a_malformed_rate_is_refused_at_decoration_naming_the_kind_and_the_value() -> None:
+    from acta_sqla import Acta, Context
+    from acta_sqla.errors import ConfigurationError
+
+    app = Acta()
+    with pytest.raises(ConfigurationError, match=r"handler 'limited': .*rate='garbage'"):
+
+        @app.job(rate="garbage")
+        async def limited(ctx: Context) -> None: ...
