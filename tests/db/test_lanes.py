@@ -8,12 +8,17 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from acta_sqla import Acta, Context, Job
 from acta_sqla.policy import Policy
 from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore, asyncpg_dsn
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
+
+APP = Acta(namespace="default")
 
 
 @pytest.fixture
@@ -200,3 +205,22 @@ async def test_a_lanes_ids_follow_commit_order_even_when_a_later_committer_drew_
     finally:
         await one.close()
         await two.close()
+
+
+@APP.job
+async def step(ctx: Context, n: int) -> None: ...
+
+
+async def test_a_bulk_enqueue_mixing_lanes_and_plain_jobs_maps_each_id_to_its_job(
+    async_session: AsyncSession,
+) -> None:
+    """The lane trigger draws a lane job's id again; a batch's ids must still grow in
+    input order, which enqueue_many relies on to answer each job's id."""
+    jobs = [step.job(n=i, lane="L" if i % 2 else None) for i in range(10)]
+    results = await APP.enqueue_many(async_session, jobs)
+    await async_session.commit()
+    rows = (await async_session.execute(select(Job.id, Job.args, Job.status))).all()
+    by_id = {r.id: (r.args["n"], r.status.value) for r in rows}
+    assert [by_id[r.id][0] for r in results] == list(range(10))
+    lane = [by_id[r.id][1] for i, r in enumerate(results) if i % 2]
+    assert lane == ["ready", "waiting", "waiting", "waiting", "waiting"]
