@@ -66,10 +66,13 @@ class Acta:
                 f"@acta.job got unknown option(s) {sorted(unknown)}; known: "
                 f"{', '.join(Policy.field_names())}"
             )
-        resolved = Policy(**policy)
 
         def register(func: Callable[..., Any]) -> Handler[Any, Any]:
             name = kind or func.__name__
+            try:
+                resolved = Policy(**policy)
+            except ConfigurationError as exc:  # name the kind: which decorator is wrong
+                raise ConfigurationError(f"handler {name!r}: {exc}") from None
             if name in self.handlers:
                 raise ConfigurationError(
                     f"kind {name!r} is registered twice in namespace {self.namespace!r}; "

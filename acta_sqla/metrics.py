@@ -12,6 +12,7 @@
 | acta.loop.stalls              | counter               | 1    | namespace         |
 | acta.loop.stall.duration      | histogram             | s    | namespace         |
 | acta.lifeline.renewals        | counter (rows)        | 1    | namespace         |
+| acta.admission.bounces        | counter               | 1    | reason, namespace |
 
 Per-job work stays off the metric path: the in-flight gauge is read from the registry when
 a collector asks, and outcome counts are added once per batch.
@@ -82,6 +83,12 @@ LIFELINE_RENEWALS = _meter.create_counter(
     description="Leases renewed from the lifeline thread while the event loop was blocked.",
 )
 
+ADMISSION_BOUNCES = _meter.create_counter(
+    "acta.admission.bounces",
+    description="Keyed jobs refused at admission and due again later, by reason (slot: no "
+    "free concurrency slot; rate: the rate meter said later). Uncharged.",
+)
+
 
 def watch_registry(registry: Registry, namespace: str) -> None:
     _registries[registry] = namespace
@@ -116,3 +123,7 @@ def record_stall_duration(namespace: str, seconds: float) -> None:
 
 def record_lifeline_renewal(namespace: str, rows: int) -> None:
     LIFELINE_RENEWALS.add(rows, {"namespace": namespace})
+
+
+def record_bounces(namespace: str, reason: str, n: int) -> None:
+    ADMISSION_BOUNCES.add(n, {"reason": reason, "namespace": namespace})

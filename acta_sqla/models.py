@@ -196,6 +196,22 @@ class Job(Base):
             postgresql_where=text(_TERMINAL_SQL),
         ),
         Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
+        # A lane's unfinished jobs in order: the enqueue's "is the lane busy?" and the
+        # hand-on's "oldest waiting job" (migration 0006's triggers).
+        Index(
+            "job_lane_idx",
+            "namespace",
+            "lane_key",
+            "id",
+            postgresql_where=text(f"lane_key IS NOT NULL AND {_ACTIVE_SQL}"),
+        ),
+        Index(
+            "job_lane_waiting_idx",
+            "namespace",
+            "lane_key",
+            "id",
+            postgresql_where=text("status = 'waiting' AND lane_key IS NOT NULL"),
+        ),
         {"schema": SCHEMA},
     )
 
@@ -373,13 +389,21 @@ class Schedule(Base):
 
 
 class RateMeter(Base):
-    """A rate limit's shared meter: a token bucket per (namespace, key)."""
+    """A rate limit's shared meter per (namespace, key): GCRA without burst (migration
+    0006's ``admit``), so starts are at least ``period / N`` apart."""
 
     __tablename__ = "rate_meter"
 
     namespace: Mapped[str] = mapped_column(Text, primary_key=True)
     key: Mapped[str] = mapped_column(Text, primary_key=True)
-    tokens: Mapped[float] = mapped_column(Double)
+    next_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=text("'-infinity'::timestamptz")
+    )
+    """The earliest time the key admits again."""
+    booked: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=text("'-infinity'::timestamptz")
+    )
+    """The latest time a refused job was told to come back (refusals queue behind it)."""
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

@@ -226,6 +226,9 @@ class WorkerStore:
         self.heartbeat_conn = RoleConnection(dsn, "heartbeat", timeout=max(10.0, timings.heartbeat))
         self.admin_conn = RoleConnection(dsn, "admin", timeout=30.0)
         self.lock_conn = RoleConnection(dsn, "lock", timeout=30.0)
+        # Admission of keyed jobs (worker/admission.py): its own connection, so a batch
+        # waiting on a busy key's lock never delays a named lock or a claim.
+        self.admission_conn = RoleConnection(dsn, "admission", timeout=30.0)
         self.dsn = dsn
         self.channel = f"{schema}.{namespace}"
 
@@ -256,6 +259,7 @@ class WorkerStore:
             self.heartbeat_conn,
             self.admin_conn,
             self.lock_conn,
+            self.admission_conn,
         )
 
     # -------------------------------------------------------------- start and stop
@@ -416,6 +420,13 @@ class WorkerStore:
             self.timings.lease,
         )
         return bool(rows)
+
+    async def admit(self, requests: Sequence[Sequence[Any]]) -> list[tuple[int, str, float]]:
+        """ONE call: the admission verdict of every request (``worker/admission.py``)."""
+        rows = await self.admission_conn.fetch(
+            self.sql.admit, self.namespace, json.dumps(requests), self.worker_id
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
 
     async def release_lock(self, name: str, job_id: int, execution_id: int) -> None:
         await self.lock_conn.execute(

@@ -28,6 +28,7 @@ _WORKER_NAMES = {"WorkerSQL"}
 
 _SUBMODULES = {
     "admin",
+    "admission",
     "claim",
     "complete",
     "definitions",

@@ -10,7 +10,7 @@ The statement is composed from named parts, each a CTE with its guard said besid
 * then one part per feature (:data:`FEATURE_PARTS`), each reading ``f`` joined to ``done``.
 
 Effects that must happen on EVERY way out of ``executing`` or into a terminal state (free
-the attempt's concurrency slots; later, hand a lane on and tell a parent) are NOT parts of
+the attempt's concurrency slots, hand a lane on; later, tell a parent) are NOT parts of
 this statement: the ``job_terminal_effects`` trigger (migration 0003) runs them for this
 statement, for recovery and for the session's cancel alike.
 
@@ -165,7 +165,9 @@ class FeaturePart(NamedTuple):
 
 FEATURE_PARTS: tuple[FeaturePart, ...] = ()
 """The features the statement applies, in order. Next: the signal wait, children waits and
-spawns, a schedule's next fire, a lane's hand-on (each fed by ``Completion.features``)."""
+spawns, a schedule's next fire (each fed by ``Completion.features``). A lane's hand-on is
+not one: it must follow every way to a terminal state, so it is a terminal effect (the
+trigger, migration 0006)."""
 
 
 # ------------------------------------------------------------------------------ the statement

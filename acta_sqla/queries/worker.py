@@ -9,7 +9,7 @@ the statement itself. No SQLAlchemy here: a worker process never needs to load i
 from __future__ import annotations
 
 from ..settings import SCHEMA_VERSION_TABLE
-from . import claim, complete, definitions, heartbeat, locks, recovery, workers
+from . import admission, claim, complete, definitions, heartbeat, locks, recovery, workers
 
 
 class WorkerSQL:
@@ -30,6 +30,7 @@ class WorkerSQL:
         self.load_definitions = definitions.load_definitions(schema)
         self.heartbeat = heartbeat.heartbeat(schema)
         self.take_lock = locks.take_lock(schema)
+        self.admit = admission.admit(schema)
         self.release_lock = locks.release_lock(schema)
         self.select_expired = recovery.select_expired(schema)
         self.finish_expired = recovery.finish_expired(schema)

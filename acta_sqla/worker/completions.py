@@ -9,10 +9,10 @@ something of its own) one feature part in queries/complete.py fed by ``features`
 
 Shapes: :func:`succeeded`, :func:`failed` (retried under the budget, ``failed`` once it
 is spent), :func:`retry_at`, :func:`fail_now`, :func:`cancelled`, :func:`interrupted`,
-:func:`handback`, :func:`stopped` (the alarm: timeout, lease or lock lost, a cancel, an
-interruption), :func:`refused` (the database refused a completion's data) and
-:func:`lease_expired` (recovery). Rules: :func:`budget`, :func:`cancel_wins`,
-:func:`loss_is_charged` and :func:`isolate_after_loss`.
+:func:`handback`, :func:`bounce` (admission refused a slot or the rate), :func:`stopped`
+(the alarm: timeout, lease or lock lost, a cancel, an interruption), :func:`refused` (the
+database refused a completion's data) and :func:`lease_expired` (recovery). Rules:
+:func:`budget`, :func:`cancel_wins`, :func:`loss_is_charged` and :func:`isolate_after_loss`.
 """
 
 from __future__ import annotations
@@ -190,6 +190,24 @@ def interrupted(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Compl
 def handback(job: ClaimedJob, delay: float) -> Completion:
     """An unstarted row goes back ``ready`` after ``delay``, its attempt given back and no
     Execution row written (it was never an attempt)."""
+    return Completion(
+        job_id=job.id,
+        execution_id=job.execution_id,
+        outcome=Outcome.HANDBACK,
+        status=READY,
+        attempt=job.attempts,
+        delay=delay,
+        refund=True,
+        record=False,
+        cancel_wins=cancel_wins(READY),
+    )
+
+
+def bounce(job: ClaimedJob, delay: float) -> Completion:
+    """Admission refused the job (no free slot of its concurrency key, or its rate meter
+    says later): back ``ready`` after ``delay``, its attempt given back, no failure and no
+    Execution row (I18: a bounce charges nothing). An operator's cancel wins, as for any
+    return to ``ready``."""
     return Completion(
         job_id=job.id,
         execution_id=job.execution_id,

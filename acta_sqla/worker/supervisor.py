@@ -34,6 +34,7 @@ from ..settings import (
 )
 from ..store import WorkerStore, app_name
 from ..values import Completion, Outcome
+from .admission import Admission
 from .claimer import Claimer
 from .clock import Clock
 from .completions import handback
@@ -172,6 +173,8 @@ class Worker:
             on_claim=lambda n, s: metrics.record_claim(self.namespace, n, s),
             on_idle=self.finalizer.flush,
         )
+        # Concurrency slots and rate meters; plain jobs never reach the database here.
+        self.admission = Admission(store, self.policy, self.namespace)
         self.executors = Executors(
             [
                 Executor(
@@ -185,6 +188,7 @@ class Worker:
                     self.settings.safety_poll_interval,
                     self._pool,
                     self.clock,
+                    admit=self.admission,
                     worker_id=lambda: self.worker_id,
                     lock_store=store,
                     lease=self.timings.lease,

@@ -382,6 +382,14 @@ WHERE k.lease_expires_at < now()
    OR (k.job_id = excluded.job_id AND k.execution_id = excluded.execution_id)
 RETURNING 1;
 
+-- admission.admit: admit: for each request of ``$2`` (a JSON array of ``[job_id, execution_id,
+--   limit, rate_count, rate_period, bounce_seconds]``) of namespace ``$1``, by worker ``$3``: a
+--   verdict (``admitted``, ``slot``, ``rate``, ``lost``) and the seconds to wait before it is due
+--   again. Guard: the job must be 'executing' under the given execution id (else ``lost``, nothing
+--   taken); slots count only live holders (executing under the slot's execution id, lease
+--   unexpired).
+SELECT job_id, verdict, wait FROM "acta".admit($1, $2::jsonb, $3);
+
 -- definitions.load_definitions: The namespace's definitions version and every kind's declared and
 --   override policies (one row with a null kind when the namespace has none).
 SELECT d.kind, d.declared::text, d.overrides::text, n.definitions_version
@@ -825,6 +833,12 @@ CREATE INDEX job_due_idx ON acta.job (namespace, run_at) WHERE status = 'ready';
 -- ddl.index.job_finished_idx
 CREATE INDEX job_finished_idx ON acta.job (namespace, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
 
+-- ddl.index.job_lane_idx
+CREATE INDEX job_lane_idx ON acta.job (namespace, lane_key, id) WHERE lane_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');
+
+-- ddl.index.job_lane_waiting_idx
+CREATE INDEX job_lane_waiting_idx ON acta.job (namespace, lane_key, id) WHERE status = 'waiting' AND lane_key IS NOT NULL;
+
 -- ddl.index.job_lease_idx
 CREATE INDEX job_lease_idx ON acta.job (namespace, lease_expires_at) WHERE lease_expires_at IS NOT NULL;
 
@@ -865,7 +879,8 @@ CREATE TABLE acta.namespace (
 CREATE TABLE acta.rate_meter (
 	namespace TEXT NOT NULL,
 	key TEXT NOT NULL,
-	tokens DOUBLE PRECISION NOT NULL,
+	next_at TIMESTAMP WITH TIME ZONE DEFAULT '-infinity'::timestamptz NOT NULL,
+	booked TIMESTAMP WITH TIME ZONE DEFAULT '-infinity'::timestamptz NOT NULL,
 	updated_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
 	CONSTRAINT rate_meter_pkey PRIMARY KEY (namespace, key)
 );

@@ -28,6 +28,7 @@ from sqlalchemy.schema import CreateIndex, CreateSequence, CreateTable
 from acta_sqla.models import Base, Job, execution_id_seq
 from acta_sqla.queries import (
     admin,
+    admission,
     claim,
     complete,
     definitions,
@@ -53,6 +54,7 @@ TEXT_MODULES: tuple[ModuleType, ...] = (
     heartbeat,
     recovery,
     locks,
+    admission,
     definitions,
     workers,
     admin,

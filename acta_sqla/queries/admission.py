@@ -1,0 +1,24 @@
+"""Admission: ONE call decides every keyed job an executor batch asks about.
+
+The decision (concurrency slot, rate meter) is the ``admit`` function of migration 0006:
+it locks each key of the batch (advisory, in one order) before it reads, which one plain
+statement cannot do (its snapshot is taken before it waits). This module holds the call.
+
+Each builder returns SQL text with asyncpg ``$n`` parameters for one schema; ``WorkerSQL``
+renders them once per worker. No SQLAlchemy here.
+"""
+
+from __future__ import annotations
+
+from ._render import quote
+
+
+def admit(schema: str) -> str:
+    """admit: for each request of ``$2`` (a JSON array of ``[job_id, execution_id, limit,
+    rate_count, rate_period, bounce_seconds]``) of namespace ``$1``, by worker ``$3``: a
+    verdict (``admitted``, ``slot``, ``rate``, ``lost``) and the seconds to wait before it
+    is due again. Guard: the job must be 'executing' under the given execution id (else
+    ``lost``, nothing taken); slots count only live holders (executing under the slot's
+    execution id, lease unexpired)."""
+    s = quote(schema)
+    return f"SELECT job_id, verdict, wait FROM {s}.admit($1, $2::jsonb, $3)"

@@ -1,0 +1,147 @@
+"""Admission: which claimed job may start now (concurrency slots, rate meters).
+
+The executor asks before the handler (its ``admit`` hook): ``None`` admits the entry, a
+completion bounces it. A job with no concurrency key and no rate pays nothing: no
+request, no round trip. Keyed jobs are batched like the finalizer batches completions:
+the requests of every executor that asks while one call is in flight go together into
+the next ``admit`` call (queries/admission.py, migration 0006), ONE round trip however
+many executors ask at once.
+
+A refused job bounces (``completions.bounce``): due again ``CONCURRENCY_BOUNCE_SECONDS``
+later for a slot, at the meter's time for a rate, its attempt given back, no failure, one
+debug line and a count in ``acta.admission.bounces``. The bounce is written by the
+finalizer's one ``complete_executions`` of its batch, like every other completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from loguru import logger
+
+from .. import metrics
+from ..errors import StatementRefused, StoreUnavailable
+from ..policy import Policy
+from ..settings import CONCURRENCY_BOUNCE_SECONDS
+from ..values import ClaimedJob, Completion
+from . import completions
+from .inflight import Entry
+
+log = logger.bind(stage="admission")
+
+ADMITTED, SLOT, RATE, LOST = "admitted", "slot", "rate", "lost"
+"""The verdicts ``admit`` answers."""
+
+
+class Request(NamedTuple):
+    """One keyed job's question, in the ``admit`` call's array order."""
+
+    job_id: int
+    execution_id: int
+    limit: int | None
+    """Slots of its concurrency key (None: the job has no key)."""
+    rate_count: int | None
+    """N of the kind's rate N/period (None: no rate)."""
+    rate_period: float | None
+    bounce: float
+    """Seconds before a job refused a slot is due again."""
+
+
+class AdmissionStore(Protocol):
+    async def admit(self, requests: Sequence[Sequence[Any]]) -> list[tuple[int, str, float]]: ...
+
+
+def request(job: ClaimedJob, policy: Policy, bounce: float) -> Request | None:
+    """What admission must ask for ``job``, or None: a plain job asks nothing. A job's own
+    concurrency key on a kind that declares none takes one slot per key (Policy's rule);
+    a rate applies per the job's rate key, or per the kind when it has none."""
+    limit = policy.concurrency_slots if job.concurrency_key is not None else None
+    rate = policy.rate
+    if limit is None and rate is None:
+        return None
+    return Request(
+        job.id,
+        job.execution_id,
+        limit,
+        rate.count if rate else None,
+        rate.period if rate else None,
+        bounce,
+    )
+
+
+class Admission:
+    """The executors' admission hook: ``await admission(entry)``."""
+
+    def __init__(
+        self,
+        store: AdmissionStore,
+        policies: Callable[[str], Policy],
+        namespace: str,
+        bounce: float = CONCURRENCY_BOUNCE_SECONDS,
+    ) -> None:
+        self.store = store
+        self.policies = policies
+        self.namespace = namespace
+        self.bounce = bounce
+        self._pending: list[tuple[Request, asyncio.Future[tuple[str, float]]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self.calls = 0
+        """``admit`` round trips made (the benchmark reports requests per call)."""
+
+    async def __call__(self, entry: Entry) -> Completion | None:
+        job = entry.job
+        asked = request(job, self.policies(job.kind), self.bounce)
+        if asked is None:
+            return None
+        future: asyncio.Future[tuple[str, float]] = asyncio.get_running_loop().create_future()
+        self._pending.append((asked, future))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.create_task(self._flush(), name="acta-admission")
+        try:
+            verdict, wait = await future
+        except (StoreUnavailable, StatementRefused) as exc:
+            # The database could not answer: this is no fault of the job, so it is not
+            # charged. If the call did take a slot before its answer was lost, the
+            # bounce's completion frees it (the terminal-effects trigger).
+            log.bind(event="admission_failed", job_id=job.id).warning(
+                "job {}: admission failed ({}); due again in {:g}s, uncharged",
+                job.id,
+                exc,
+                self.bounce,
+            )
+            return completions.bounce(job, self.bounce)
+        if verdict == ADMITTED:
+            return None
+        if verdict == LOST:
+            # Another execution owns the row (our lease ran out): nothing was taken, and
+            # this completion is fenced out like any late write.
+            return completions.handback(job, 0.0)
+        log.bind(event="bounce", job_id=job.id, reason=verdict).debug(
+            "job {} bounced ({}): due again in {:.3f}s",
+            job.id,
+            "no free concurrency slot" if verdict == SLOT else "rate limit",
+            wait,
+        )
+        metrics.record_bounces(self.namespace, verdict, 1)
+        return completions.bounce(job, max(0.0, wait))
+
+    async def _flush(self) -> None:
+        # Let every executor that runs in this loop turn ask first: the claim hands its
+        # rows to the executors together, so their admissions go in one call.
+        await asyncio.sleep(0)
+        while self._pending:
+            batch, self._pending = self._pending, []
+            self.calls += 1
+            try:
+                answers = await self.store.admit([r for r, _ in batch])
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            verdicts = {job_id: (verdict, wait) for job_id, verdict, wait in answers}
+            for r, future in batch:
+                if not future.done():
+                    future.set_result(verdicts.get(r.job_id, (LOST, 0.0)))

@@ -1,0 +1,220 @@
+"""Admission against real PostgreSQL (migration 0006's ``admit``, through the worker's
+store): concurrency slots and rate meters, fenced by (job, execution), racing sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from acta_sqla.policy import Policy, Rate
+from acta_sqla.settings import Timings
+from acta_sqla.store import WorkerStore, asyncpg_dsn
+from acta_sqla.values import ClaimedJob
+from acta_sqla.worker import completions
+from acta_sqla.worker.admission import request
+
+
+@pytest.fixture
+async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
+    c = await asyncpg.connect(asyncpg_dsn(db))
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def new_store(db: str) -> WorkerStore:
+    s = WorkerStore(db, "acta", "default", Timings.from_heartbeat(45.0))
+    await s.register_worker("test-host", 1, 8, ["k"], "test")
+    return s
+
+
+@pytest.fixture
+async def stores(db: str) -> AsyncIterator[list[WorkerStore]]:
+    made = [await new_store(db) for _ in range(3)]
+    try:
+        yield made
+    finally:
+        for s in made:
+            await s.close()
+
+
+async def claim(
+    conn: asyncpg.Connection, store: WorkerStore, n: int = 1, **cols: str
+) -> list[ClaimedJob]:
+    names = ", ".join(["kind", *cols])
+    marks = ", ".join(f"${i + 1}" for i in range(len(cols) + 1))
+    for _ in range(n):
+        await conn.execute(f"INSERT INTO acta.job ({names}) VALUES ({marks})", "k", *cols.values())
+    return await store.claim_jobs(n)
+
+
+def ask(job: ClaimedJob, policy: Policy, bounce: float = 2.0) -> list[object]:
+    r = request(job, policy, bounce)
+    assert r is not None
+    return list(r)
+
+
+async def slots(conn: asyncpg.Connection) -> set[tuple[str, int]]:
+    rows = await conn.fetch("SELECT key, job_id FROM acta.concurrency_slot")
+    return {(r["key"], r["job_id"]) for r in rows}
+
+
+async def test_slots_admit_up_to_the_limit_and_bounce_the_rest(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    store = stores[0]
+    jobs = await claim(conn, store, 3, concurrency_key="c")
+    policy = Policy(concurrency_key="c", concurrency_limit=2)
+    answers = await store.admit([ask(j, policy) for j in jobs])
+    assert [(a[0], a[1]) for a in answers] == [
+        (jobs[0].id, "admitted"),
+        (jobs[1].id, "admitted"),
+        (jobs[2].id, "slot"),
+    ]
+    assert answers[2][2] == 2.0
+    assert await slots(conn) == {("c", jobs[0].id), ("c", jobs[1].id)}
+
+
+async def test_a_bounce_is_uncharged_due_again_later_and_frees_nothing_it_did_not_hold(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    store = stores[0]
+    [holder, refused] = await claim(conn, store, 2, concurrency_key="c")
+    policy = Policy(concurrency_key="c")
+    await store.admit([ask(holder, policy), ask(refused, policy)])
+    assert await store.complete_executions([completions.bounce(refused, 2.0)]) == {refused.id}
+    row = await conn.fetchrow(
+        "SELECT status, attempts, last_error, extract(epoch FROM run_at - now()) AS due_in "
+        "FROM acta.job WHERE id = $1",
+        refused.id,
+    )
+    assert row["status"] == "ready" and row["attempts"] == 0 and row["last_error"] is None
+    assert 1.5 < row["due_in"] <= 2.0
+    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
+    assert await slots(conn) == {("c", holder.id)}  # the holder keeps its slot
+
+
+async def test_two_sessions_racing_for_the_last_slot_admit_exactly_one(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    a, b = stores[0], stores[1]
+    policy = Policy(concurrency_key="race")
+    for _ in range(10):
+        [ja] = await claim(conn, a, concurrency_key="race")
+        [jb] = await claim(conn, b, concurrency_key="race")
+        # Hold the key's lock so both calls are waiting on it, then let them go together.
+        gate = await asyncpg.connect(a.dsn)
+        tr = gate.transaction()
+        await tr.start()
+        await gate.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended("
+            "'acta.slot' || chr(31) || 'default' || chr(31) || 'race', 0))"
+        )
+        race = asyncio.gather(a.admit([ask(ja, policy)]), b.admit([ask(jb, policy)]))
+        await asyncio.sleep(0.05)
+        await tr.rollback()
+        await gate.close()
+        [[(_, va, _)], [(_, vb, _)]] = await race
+        assert sorted([va, vb]) == ["admitted", "slot"]
+        assert len(await slots(conn)) == 1
+        # End both attempts: the terminal-effects trigger frees the winner's slot.
+        await a.complete_executions([completions.succeeded(ja, None, 0.0)])
+        await b.complete_executions([completions.succeeded(jb, None, 0.0)])
+        assert await slots(conn) == set()
+
+
+async def test_a_slot_whose_holders_lease_ran_out_is_free_for_others(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    store = stores[0]
+    policy = Policy(concurrency_key="c")
+    [holder] = await claim(conn, store, concurrency_key="c")
+    assert (await store.admit([ask(holder, policy)]))[0][1] == "admitted"
+    [other] = await claim(conn, store, concurrency_key="c")
+    assert (await store.admit([ask(other, policy)]))[0][1] == "slot"
+    await conn.execute(
+        "UPDATE acta.job SET lease_expires_at = now() - interval '1 s' WHERE id = $1", holder.id
+    )
+    assert (await store.admit([ask(other, policy)]))[0][1] == "admitted"
+
+
+async def test_a_lower_limit_takes_effect_as_the_running_ones_finish(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    store = stores[0]
+    running = await claim(conn, store, 3, concurrency_key="c")
+    wide = Policy(concurrency_key="c", concurrency_limit=3)
+    assert [a[1] for a in await store.admit([ask(j, wide) for j in running])] == ["admitted"] * 3
+    narrow = Policy(concurrency_key="c", concurrency_limit=2)
+    [late] = await claim(conn, store, concurrency_key="c")
+    for finished in running[:2]:
+        assert (await store.admit([ask(late, narrow)]))[0][1] == "slot"
+        await store.complete_executions([completions.succeeded(finished, None, 0.0)])
+    assert (await store.admit([ask(late, narrow)]))[0][1] == "admitted"
+
+
+async def test_admission_is_fenced_by_the_execution(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    store = stores[0]
+    [job] = await claim(conn, store, concurrency_key="c")
+    stale = job._replace(execution_id=job.execution_id + 1)
+    policy = Policy(concurrency_key="c", rate=Rate.parse("1/h"))
+    assert (await store.admit([ask(stale, policy)]))[0][1] == "lost"
+    assert await slots(conn) == set()
+    assert await conn.fetchval("SELECT count(*) FROM acta.rate_meter") == 0
+    assert (await store.admit([ask(job, policy)]))[0][1] == "admitted"
+
+
+async def test_a_job_refused_by_the_rate_takes_no_slot_and_bounces_to_the_meters_time(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    store = stores[0]
+    policy = Policy(concurrency_key="c", concurrency_limit=5, rate=Rate.parse("2/min"))
+    jobs = await claim(conn, store, 3, concurrency_key="c")
+    answers = await store.admit([ask(j, policy) for j in jobs])
+    assert [a[1] for a in answers] == ["admitted", "rate", "rate"]
+    # GCRA without burst: one start per 30 s; the refused queue up behind each other.
+    assert 29.0 < answers[1][2] <= 30.0
+    assert 59.0 < answers[2][2] <= 60.0
+    assert await slots(conn) == {("c", jobs[0].id)}
+
+
+async def test_the_meter_under_concurrent_statements_keeps_the_bound(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    """Three sessions ask as fast as they can for 2 s. Each admission happened somewhere
+    between its call's start and its answer; any admissions whose whole interval lies in
+    one half-open window of 1 s are in that window, and there must never be more than 10
+    (a token bucket of 10 would admit 10 at once and more as it refills)."""
+    policy = Policy(rate=Rate.parse("10/s"))
+    await conn.execute("INSERT INTO acta.job (kind) SELECT 'k' FROM generate_series(1, 2000)")
+    admitted: list[tuple[float, float]] = []
+    refused = 0
+
+    async def hammer(store: WorkerStore, stop: float) -> None:
+        nonlocal refused
+        while time.monotonic() < stop:
+            jobs = await store.claim_jobs(4)
+            lo = time.monotonic()
+            answers = await store.admit([ask(j, policy) for j in jobs])
+            hi = time.monotonic()
+            for _, verdict, _ in answers:
+                if verdict == "admitted":
+                    admitted.append((lo, hi))
+                else:
+                    refused += 1
+            await store.complete_executions([completions.bounce(j, 0.0) for j in jobs])
+
+    start = time.monotonic()
+    await asyncio.gather(*(hammer(s, start + 2.0) for s in stores))
+    assert refused > 0  # the sessions really did ask faster than the rate
+    assert 5 <= len(admitted) <= 21, len(admitted)
+    for lo, _ in admitted:
+        inside = [1 for a, b in admitted if a >= lo and b < lo + 1.0]
+        assert len(inside) <= 10
