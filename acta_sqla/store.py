@@ -309,6 +309,7 @@ class WorkerStore:
         await asyncio.gather(
             # alone=False: the prepared claim never takes a suspect (nor anything: limit 0).
             ready(self.claim_conn, self.sql.claim_jobs, ns, 0, self.worker_id, lease, False),
+            ready(self.claim_conn, self.sql.claim_plain, ns, 0, self.worker_id, lease),
             ready(self.complete_conn, self.sql.complete_executions, "[]", self.worker_id, "{}"),
             ready(self.heartbeat_conn),
         )
@@ -351,6 +352,15 @@ class WorkerStore:
         # The last column is the statement's suspect_due; a row of NULLs means no job.
         jobs = [make(r[:-1]) for r in rows if r[0] is not None]
         return Claim(jobs, bool(rows[0][-1]) if rows else False)
+
+    async def claim_plain(self, limit: int) -> list[ClaimedJob]:
+        """Up to ``limit`` due rows that are not suspects, without asking whether a suspect
+        is due (the hot claim; see ``queries.claim.claim_plain``)."""
+        rows = await self.claim_conn.fetch(
+            self.sql.claim_plain, self.namespace, limit, self.worker_id, self.timings.lease
+        )
+        make = ClaimedJob._make
+        return [make(r) for r in rows]
 
     async def claim_jobs(self, limit: int, alone: bool = False) -> list[ClaimedJob]:
         """The rows of :meth:`claim` (tests and tools that only want the jobs)."""

@@ -81,6 +81,44 @@ def claim_jobs(schema: str) -> str:
         ORDER BY c.priority, c.run_at, c.id"""
 
 
+def claim_plain(schema: str) -> str:
+    """The hot claim: up to $2 due rows of namespace $1 that are not suspects, in claim
+    order, each moved to 'executing' with its attempt counted and its execution id minted.
+    No suspect probe: the claimer asks ``claim_jobs`` (which looks for a due suspect) at
+    most once per ``SUSPECT_PROBE_SECONDS`` and this one in between, so plain jobs pay one
+    heap filter (``NOT suspect``) on rows the claim reads anyway, not the probe's extra
+    nodes on every claim (about 20 % more PostgreSQL CPU per job at 8 executors)."""
+    s = quote(schema)
+    return f"""
+        WITH picked AS (
+            SELECT id FROM {s}.job
+            WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
+            ORDER BY priority, run_at, id
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE {s}.job AS j SET
+                status = 'executing',
+                attempts = j.attempts + 1,
+                execution_id = {mint_execution_id(schema)},
+                worker_id = $3,
+                claimed_at = now(),
+                started_at = NULL,
+                lease_expires_at = now() + make_interval(secs => $4)
+            -- By primary key whatever the plan: a generic plan (which cannot see that
+            -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+            WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+            RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+                      j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
+                      j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
+        )
+        -- In claim order (the executors take them so); columns in ClaimedJob's order.
+        SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
+               concurrency_key, rate_key, lane_key, parent_id, signals, false AS alone
+        FROM claimed ORDER BY priority, run_at, id"""
+
+
 def next_due_in(schema: str) -> str:
     """Seconds until the next ready row of namespace $1 is due (None: none is waiting)."""
     s = quote(schema)

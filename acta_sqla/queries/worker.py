@@ -22,6 +22,7 @@ class WorkerSQL:
         self.schema = schema
         self.schema_revision = workers.schema_revision(schema, SCHEMA_VERSION_TABLE)
         self.claim_jobs = claim.claim_jobs(schema)
+        self.claim_plain = claim.claim_plain(schema)
         self.next_due_in = claim.next_due_in(schema)
         self.complete_executions = complete.complete_executions(schema)
         self.register_worker = workers.register_worker(schema)

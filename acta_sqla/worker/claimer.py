@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from loguru import logger
 
 from ..settings import IDLE_JITTER_SECONDS, POLL_FLOOR_SECONDS, Timings
-from ..values import Claim
+from ..values import Claim, ClaimedJob
 from .clock import Clock, Timer
 from .inflight import Entry, Permits, Registry
 
@@ -26,8 +26,15 @@ DRAIN_CHECK_SECONDS = 0.01
 """How often a draining worker looks whether its last entry is gone (a length check)."""
 
 
+SUSPECT_PROBE_SECONDS = 1.0
+"""How often a claim also asks whether a suspect is due (the full ``claim_jobs``); the
+claims in between are the plain hot claim, which never takes a suspect. A due suspect
+waits at most about this long (plus the drain) before a worker turns to it."""
+
+
 class ClaimStore(Protocol):
     async def claim(self, limit: int, alone: bool) -> Claim: ...
+    async def claim_plain(self, limit: int) -> list[ClaimedJob]: ...
     async def next_due_in(self) -> float | None: ...
 
 
@@ -84,6 +91,8 @@ class Claimer:
         """A suspect was claimed alone: claim nothing until the registry is empty."""
         self._suspect_due = False
         """The last claim held back for a due suspect: drain, then claim alone."""
+        self.suspect_probe_every = SUSPECT_PROBE_SECONDS
+        self._next_probe = float("-inf")
 
     def wake(self) -> None:
         """End an idle sleep now (a NOTIFY arrived, or this process made a row due)."""
@@ -145,8 +154,15 @@ class Claimer:
         self.wake_event.clear()
         started = self.clock.now()
         alone = len(self.registry) == 0
+        # Ask whether a suspect is due at most once per probe interval (and on every claim
+        # while draining for one); in between, the plain claim pays nothing for suspects.
+        probe = self._suspect_due or started >= self._next_probe
         try:
-            claim = await self.store.claim(permits, alone)
+            if probe:
+                self._next_probe = started + self.suspect_probe_every
+                claim = await self.store.claim(permits, alone)
+            else:
+                claim = Claim(await self.store.claim_plain(permits), False)
         except Exception as exc:
             self.permits.release(permits)
             log.bind(event="claim_failed").warning(

@@ -371,6 +371,7 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
     plans = {}
     for name, sql, args in [
         ("claim", store.sql.claim_jobs, ("default", 64, store.worker_id, 180.0, False)),
+        ("claim_plain", store.sql.claim_plain, ("default", 64, store.worker_id, 180.0)),
         (
             "complete",
             store.sql.complete_executions,
@@ -418,6 +419,7 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
     assert "job_claim_idx" in plans["claim"], plans["claim"]
     # The suspect probe reads its own (empty) partial index, never the claim's.
     assert "job_suspect_idx" in plans["claim"], plans["claim"]
+    assert "job_claim_idx" in plans["claim_plain"], plans["claim_plain"]
 
 
 async def test_a_stale_execution_is_fenced_out(
@@ -663,6 +665,17 @@ async def lose(conn: asyncpg.Connection, *ids: int) -> None:
         "UPDATE acta.job SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)",
         list(ids),
     )
+
+
+async def test_the_plain_claim_never_takes_a_suspect(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    plain = await insert(conn, 3)
+    [suspect] = await insert(conn, suspect=True)
+    jobs = await store.claim_plain(10)
+    assert sorted(j.id for j in jobs) == plain and not any(j.alone for j in jobs)
+    assert (await row(conn, suspect))["status"] == "ready"
+    assert await store.claim_plain(10) == []
 
 
 async def test_the_claim_never_puts_a_suspect_in_a_batch_with_others(

@@ -127,6 +127,11 @@ class FakeStore:
         jobs = await self.claim_jobs(limit)
         return Claim(jobs, self.suspect_due.pop(0) if self.suspect_due else False)
 
+    async def claim_plain(self, limit: int) -> list[ClaimedJob]:
+        """The hot claim (no suspect probe): recorded as ``None`` in ``alone_asks``."""
+        self.alone_asks.append(None)
+        return await self.claim_jobs(limit)
+
     async def next_due_in(self) -> float | None:
         return self.next_due
 
