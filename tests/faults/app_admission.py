@@ -2,7 +2,7 @@
 
 Records like tests/faults/app.py (``<event> <job_id> <execution_id> <attempt> <pid>
 <monotonic seconds>``, one O_APPEND write per line, CLOCK_MONOTONIC shared by every
-process) into the file named by ACTA_FAULTS_LOG.
+process) into the run log named by ACTA_RUNS_LOG (tests/harness.py).
 """
 
 from __future__ import annotations

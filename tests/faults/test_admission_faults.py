@@ -5,42 +5,26 @@ handlers' own records."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO_ROOT, spawn_worker
+from tests.harness import start_workers, stop_all
 
 from . import oracle
-from .conftest import SHORT_CLOCK, Sql, Worker, all_terminal, enqueue, wait_for
+from .conftest import SHORT_CLOCK, Sql, all_terminal, enqueue, wait_for
 
 APP = "tests.faults.app_admission:acta"
 
 
 @pytest.fixture
 def start(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[object]:
-    started: list[Worker] = []
-
-    def run() -> Worker:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
-        env.update(
-            ACTA_DATABASE_URL=faults_db,
-            ACTA_FAULTS_LOG=str(runs_log),
-            PYTHONPATH=str(REPO_ROOT),
-            **SHORT_CLOCK,
-        )
-        proc = spawn_worker(APP, (), env, tmp_path / f"worker-{len(started)}.log")
-        worker = Worker(proc, tmp_path / f"worker-{len(started)}.log", sql)
-        started.append(worker)
-        worker.wait_ready()
-        return worker
-
+    """Workers of the admission app (the harness's one factory, the fault tests' short
+    clock), each waited for until ready."""
+    run, started = start_workers(APP, faults_db, sql, runs_log, tmp_path, SHORT_CLOCK, ready=True)
     yield run
-    for w in started:
-        if w.alive():
-            w.kill()
+    stop_all(started)
 
 
 def peak_overlap(runs: list[oracle.Run], killed: dict[int, float]) -> int:
