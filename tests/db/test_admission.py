@@ -12,19 +12,10 @@ import pytest
 
 from acta_sqla.policy import Policy, Rate
 from acta_sqla.settings import Timings
-from acta_sqla.store import WorkerStore, asyncpg_dsn
+from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from acta_sqla.worker.admission import request
-
-
-@pytest.fixture
-async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(asyncpg_dsn(db))
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def new_store(db: str) -> WorkerStore:

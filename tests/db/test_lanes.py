@@ -4,40 +4,18 @@ in commit order; the hand-on on every way to a terminal state, whoever writes it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from acta_sqla import Acta, Context, Job
 from acta_sqla.policy import Policy
-from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore, asyncpg_dsn
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
 
 APP = Acta(namespace="default")
-
-
-@pytest.fixture
-async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(asyncpg_dsn(db))
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
-async def store(db: str) -> AsyncIterator[WorkerStore]:
-    s = WorkerStore(db, "acta", "default", Timings.from_heartbeat(45.0))
-    await s.register_worker("test-host", 1, 8, ["k"], "test")
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def enqueue(conn: asyncpg.Connection, lane: str | None, n: int = 1) -> list[int]:

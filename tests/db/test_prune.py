@@ -6,7 +6,7 @@ history inside retention (issue 10, item 5: 1.85 s per pass at 1M rows to delete
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -16,31 +16,11 @@ from alembic.script import ScriptDirectory
 
 from acta_sqla import migrate
 from acta_sqla.database import asyncpg_dsn
-from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore
 
 DAY = 24 * 3600.0
 DEFAULT_RETENTION = 7 * DAY
 TERMINAL = "status IN ('succeeded', 'failed', 'cancelled')"
-
-
-@pytest.fixture
-async def conn(db: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(asyncpg_dsn(db))
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
-async def store(db: str) -> AsyncIterator[WorkerStore]:
-    s = WorkerStore(db, "acta", "default", Timings.from_heartbeat(45.0))
-    await s.register_worker("test-host", 1, 8, ["k"], "test")
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def define(

@@ -4,29 +4,15 @@ ended it (complete_executions, recovery, the session's cancel), and only that at
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
-import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from acta_sqla import Acta
 from acta_sqla.policy import Policy
-from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
-
-
-@pytest.fixture
-async def store(db: str) -> AsyncIterator[WorkerStore]:
-    s = WorkerStore(db, "acta", "default", Timings.from_heartbeat(45.0))
-    await s.register_worker("test-host", 1, 8, ["k"], "test")
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def claim_keyed(conn: asyncpg.Connection, store: WorkerStore, key: str) -> ClaimedJob:

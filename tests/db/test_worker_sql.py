@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -21,23 +20,9 @@ from acta_sqla.worker import completions
 from acta_sqla.worker.completions import handback
 from acta_sqla.worker.finalizer import Finalizer
 from acta_sqla.worker.inflight import Registry
+from tests.db.conftest import new_store
 
 TIMINGS = Timings.from_heartbeat(45.0)
-
-
-async def new_store(db: str, namespace: str = "default") -> WorkerStore:
-    store = WorkerStore(db, "acta", namespace, TIMINGS)
-    await store.register_worker("test-host", 1, 8, ["k"], "test")
-    return store
-
-
-@pytest.fixture
-async def store(db: str) -> AsyncIterator[WorkerStore]:
-    s = await new_store(db)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def insert(conn: asyncpg.Connection, n: int = 1, **cols: object) -> list[int]:
