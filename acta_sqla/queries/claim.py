@@ -20,6 +20,26 @@ def mint_execution_id(schema: str) -> str:
     )
 
 
+def _claimed(schema: str, returning: str = "") -> str:
+    """The body of the ``claimed`` CTE both claims share: the picked rows moved to
+    'executing', the attempt counted, the execution id minted, the lease started."""
+    s = quote(schema)
+    return f"""            UPDATE {s}.job AS j SET
+                status = 'executing',
+                attempts = j.attempts + 1,
+                execution_id = {mint_execution_id(schema)},
+                worker_id = $3,
+                claimed_at = now(),
+                started_at = NULL,
+                lease_expires_at = now() + make_interval(secs => $4)
+            -- By primary key whatever the plan: a generic plan (which cannot see that
+            -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+            WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+            RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+                      j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
+                      j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at{returning}"""
+
+
 def claim_jobs(schema: str) -> str:
     """Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order, moves each
     to 'executing', counts the attempt, and mints its execution id (the fencing token).
@@ -56,21 +76,7 @@ def claim_jobs(schema: str) -> str:
             SELECT id FROM plain
         ),
         claimed AS (
-            UPDATE {s}.job AS j SET
-                status = 'executing',
-                attempts = j.attempts + 1,
-                execution_id = {mint_execution_id(schema)},
-                worker_id = $3,
-                claimed_at = now(),
-                started_at = NULL,
-                lease_expires_at = now() + make_interval(secs => $4)
-            -- By primary key whatever the plan: a generic plan (which cannot see that
-            -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
-            WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-            RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
-                      j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
-                      j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at,
-                      j.suspect
+{_claimed(schema, ", j.suspect")}
         )
         -- In claim order (the executors take them so); columns in ClaimedJob's order.
         SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
@@ -98,20 +104,7 @@ def claim_plain(schema: str) -> str:
             FOR UPDATE SKIP LOCKED
         ),
         claimed AS (
-            UPDATE {s}.job AS j SET
-                status = 'executing',
-                attempts = j.attempts + 1,
-                execution_id = {mint_execution_id(schema)},
-                worker_id = $3,
-                claimed_at = now(),
-                started_at = NULL,
-                lease_expires_at = now() + make_interval(secs => $4)
-            -- By primary key whatever the plan: a generic plan (which cannot see that
-            -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
-            WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-            RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
-                      j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
-                      j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
+{_claimed(schema, "")}
         )
         -- In claim order (the executors take them so); columns in ClaimedJob's order.
         SELECT id, execution_id, kind, args, attempts, max_attempts, priority,

@@ -39,8 +39,7 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
-              j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at,
-              j.suspect
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at, j.suspect
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
