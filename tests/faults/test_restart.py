@@ -18,9 +18,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.harness import Sql
+from tests.waiting import wait_for
+
 from . import oracle
 from .cluster import PrivateCluster
-from .conftest import SLOW_POLL, Sql, enqueue, make_workers, pickup_latencies, stop_all, wait_for
+from .conftest import SLOW_POLL, enqueue, make_workers, pickup_latencies
 
 
 class Resilient:
@@ -75,7 +78,7 @@ def test_database_restart_mid_drain(
     tmp_path: Path,
 ) -> None:
     sql: Sql = private_sql
-    start, started = make_workers(private_db, sql, runs_log, tmp_path)
+    start = make_workers(private_db, sql, runs_log, tmp_path)
     try:
         w = start(env=SLOW_POLL)
         total = 3000
@@ -121,7 +124,7 @@ def test_database_restart_mid_drain(
         w.signal(signal.SIGTERM)
         assert w.wait(30) == 0
     finally:
-        stop_all(started)
+        start.kill_all()
     assert resumed < 30
     report = oracle.check(
         sql,
