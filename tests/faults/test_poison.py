@@ -40,9 +40,7 @@ def charged_losses(sql: Sql) -> dict[int, list[tuple[int, bool]]]:
     """Per job, each loss recovery recorded: (execution id, charged). Read from the oracle's
     status log (a trigger outside the code under test): a loss is charged when the row
     left ``executing`` with its lease run out and kept the attempt the claim counted."""
-    per_job: dict[int, list[oracle.Change]] = defaultdict(list)
-    for c in oracle.read_changes(sql):
-        per_job[c.job_id].append(c)
+    per_job = oracle.by_job(oracle.read_changes(sql))
     out: dict[int, list[tuple[int, bool]]] = defaultdict(list)
     for job, changes in per_job.items():
         claimed_attempts = None
