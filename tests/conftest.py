@@ -17,7 +17,7 @@ Fixtures:
   subprocesses; ``acta_env_for(url)`` builds the same for another database (both through
   ``tests.harness.worker_env``, the one builder).
 * ``sql``: run one statement on the test database (autocommit), rows back
-  (``tests.harness.sql_runner``); a tier may override it to prepare the database first.
+  (``tests.harness.SqlRunner``); a tier may override it to prepare the database first.
 * ``runs_log``: the run log the handlers of the test apps append to
   (``tests.harness.record``, read back with ``tests.harness.read_runs``).
 * ``scratch_database``: a factory of empty databases on the same server, dropped after
@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 
 from acta_sqla import embedded, migrate
 from acta_sqla.models import SCHEMA
-from tests.harness import Sql, sql_runner, worker_env
+from tests.harness import Sql, SqlRunner, worker_env
 
 # A test that leaves a transaction open would make the next TRUNCATE wait forever for its
 # lock; fail that test's successor loudly instead.
@@ -194,9 +194,9 @@ def _acta_env_for() -> Callable[..., dict[str, str]]:
 @pytest.fixture
 def sql(db: str) -> Iterator[Sql]:
     """Run one statement on the test database (its own autocommit connection), rows back."""
-    run, conn = sql_runner(db)
+    run = SqlRunner(db)
     yield run
-    conn.close()
+    run.close()
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ database, shared by the e2e and fault tiers (and anything else that spawns worke
 * the run log: handlers call :func:`record` at each start and end, and :func:`read_runs`
   reads it back as :class:`Run` values (the oracle's input): the ONE run-log format of
   every test app;
-* :func:`sql_runner`: an autocommit connection that runs one statement, rows back;
+* :class:`SqlRunner`: an autocommit connection that runs one statement, rows back (and
+  reconnects, if asked, for a database that restarts under the test);
 * :func:`insert_jobs`: jobs straight into the ledger, as another application would.
 """
 
@@ -97,15 +98,42 @@ def read_runs(path: Path) -> list[Run]:
 # ------------------------------------------------------------------------------ database
 
 
-def sql_runner(url: str) -> tuple[Sql, psycopg.Connection]:
-    """``run(query, *params)`` on one autocommit connection; rows back ([] for none)."""
-    conn = psycopg.connect(url, autocommit=True)
+class SqlRunner:
+    """``run(query, *params)``: one statement on this runner's own autocommit connection,
+    rows back ([] for none). The ONE way tests run SQL on the side of the code under test.
 
-    def run(query: str, *params: object) -> list[tuple[Any, ...]]:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
+    ``reconnect``: for a database that restarts under the test (tests/faults/cluster.py):
+    a call reconnects as needed, and while the server is down it raises
+    ``psycopg.OperationalError``."""
 
-    return run, conn
+    def __init__(self, url: str, *, reconnect: bool = False) -> None:
+        self.url = url
+        self.reconnect = reconnect
+        self.conn: psycopg.Connection | None = None if reconnect else self._connect()
+
+    def _connect(self) -> psycopg.Connection:
+        # Where the server may be down, a connect must give up quickly so that the caller's
+        # wait_for polls again instead of hanging on a server that is restarting.
+        timeout = {"connect_timeout": 3} if self.reconnect else {}
+        return psycopg.connect(self.url, autocommit=True, **timeout)
+
+    def __call__(self, query: str, *params: object) -> list[tuple[Any, ...]]:
+        for attempt in (1, 2):
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = self._connect()
+                cur = self.conn.execute(query, params)
+                return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError:
+                if not self.reconnect or attempt == 2:
+                    raise
+                self.close()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
 
 
 def insert_jobs(

@@ -24,13 +24,12 @@ from pathlib import Path
 import pytest
 
 from acta_sqla import migrate
-from tests.harness import read_runs
+from tests.harness import SqlRunner, read_runs
 from tests.waiting import wait_for
 
 from . import oracle
 from .cluster import PrivateCluster
 from .conftest import all_terminal, enqueue, make_workers, running_cluster
-from .test_restart import Resilient
 
 
 @pytest.fixture
@@ -46,7 +45,7 @@ def test_a_claim_lost_in_a_crash_never_lets_two_handlers_run_one_job_at_once(
     url = crash_cluster.create_database("acta_crash")
     migrate.upgrade(url)
     oracle.install(url)
-    sql = Resilient(url)
+    sql = SqlRunner(url, reconnect=True)
     start = make_workers(url, sql, runs_log, tmp_path)
     try:
         sql("ALTER SYSTEM SET wal_writer_delay = '10s'")
