@@ -90,14 +90,7 @@ class Runner:
         await self.admin.execute(f'DROP DATABASE IF EXISTS "{self.db}" WITH (FORCE)')
         await self.admin.execute(f'CREATE DATABASE "{self.db}"')
         for cmd in self.system.setup_cmds(self.dsn):
-            p = await asyncio.to_thread(
-                subprocess.run, cmd, env=self.env, capture_output=True, text=True, timeout=300
-            )
-            if p.returncode != 0:
-                raise BenchError(
-                    f"{self.system.name} setup {cmd} failed rc={p.returncode}\n"
-                    f"{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
-                )
+            await self.run(cmd, f"setup {cmd}", self.env, timeout=300)
         self.conn = await asyncpg.connect(self.dsn)
         self.reset_statement = await self.system.reset_sql(self.conn)
 
@@ -118,17 +111,27 @@ class Runner:
 
     async def driver(self, *args: str, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
         cmd = [self.system.python, str(self.system.driver), *args]
-        env = dict(self.env, **(extra_env or {}))
+        out = await self.run(cmd, " ".join(args), dict(self.env, **(extra_env or {})), 1800)
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        return json.loads(lines[-1])
+
+    async def run(self, cmd: list[str], what: str, env: dict[str, str], timeout: float) -> str:
+        """Run one of the system's commands (in its own directory) to the end; its stdout."""
         p = await asyncio.to_thread(
-            subprocess.run, cmd, env=env, capture_output=True, text=True, timeout=1800
+            subprocess.run,
+            cmd,
+            env=env,
+            cwd=self.system.cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if p.returncode != 0:
             raise BenchError(
-                f"{self.system.name} {' '.join(args)} failed rc={p.returncode}\n"
+                f"{self.system.name} {what} failed rc={p.returncode}\n"
                 f"{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
             )
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        return json.loads(lines[-1])
+        return p.stdout
 
     def start_worker(self, setting: str | None, extra_env: dict[str, str] | None = None):
         cmd = self.system.worker_cmd(setting)

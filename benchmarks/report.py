@@ -26,12 +26,12 @@ def stat(trials: list[dict[str, Any]], metric: str) -> Stat | None:
 
 
 def paired_ratios(
-    acta: list[dict[str, Any]], pgq: list[dict[str, Any]], metric: str
+    mine: list[dict[str, Any]], other: list[dict[str, Any]], metric: str
 ) -> Stat | None:
-    """acta/PgQueuer within each trial (the two ran minutes apart, under about the same
+    """mine/other within each trial (the two ran minutes apart, under about the same
     load), summarised like any metric: steadier than the ratio of medians on a busy box."""
     ratios = []
-    for a, q in zip(acta, pgq, strict=False):
+    for a, q in zip(mine, other, strict=False):
         av, qv = a.get(metric), q.get(metric)
         if "error" in a or "error" in q or av is None or not qv:
             continue
@@ -108,49 +108,72 @@ def rows_for(drain_keys: list[tuple[str, str]], only: list[str]) -> list[Row]:
     return rows
 
 
+def is_acta(system: str) -> bool:
+    """``acta`` (this checkout) or ``acta@<rev>`` (a baseline): both keep one drain per
+    executor setting (``drain@<setting>``), PgQueuer one drain (``drain``)."""
+    return system == "acta" or system.startswith("acta@")
+
+
+def comparisons(systems: list[str]) -> list[tuple[str, str, str]]:
+    """(numerator, denominator, header) of each ratio the table shows: this checkout's acta
+    against each other system, PgQueuer as ``acta/PgQ``, a baseline as ``acta/base``."""
+    if "acta" not in systems:
+        return []
+    return [
+        ("acta", other, "acta/PgQ" if other == "pgqueuer" else "acta/base")
+        for other in systems
+        if other != "acta"
+    ]
+
+
+def ratio_field(header: str) -> str:
+    """The record's key suffix of a comparison (``ratio``, ``ratio_baseline``)."""
+    return "" if header == "acta/PgQ" else "_baseline"
+
+
 def build_table(
     results: dict[str, dict[str, list[dict[str, Any]]]],
     rows: list[Row],
     labels: dict[str, str],
 ) -> tuple[list[list[str]], list[dict[str, Any]]]:
-    """The table's cells, and the same figures as records for the JSON line."""
-    systems = [s for s in ("acta", "pgqueuer") if s in results]
+    """The table's cells, and the same figures as records for the JSON line: one column
+    per system (in the order of ``labels``), then the ratio and per-trial ratio of each
+    comparison, then which way is better."""
+    systems = [s for s in labels if s in results]
+    pairs = comparisons(systems)
     header = ["metric", *(labels[s] for s in systems)]
-    both = len(systems) == 2
-    if both:
-        header += ["acta/PgQ", "per trial", "better"]
+    for _, _, name in pairs:
+        header += [name, "per trial"]
+    if pairs:
+        header.append("better")
     cells = [header]
     records = []
     for row in rows:
-        a = stat(results.get("acta", {}).get(row.acta_key, []), row.metric)
-        q = stat(results.get("pgqueuer", {}).get(row.pgq_key, []), row.metric)
-        if a is None and q is None:
+
+        def trials(system: str, row: Row = row) -> list[dict[str, Any]]:
+            key = row.acta_key if is_acta(system) else row.pgq_key
+            return results.get(system, {}).get(key, [])
+
+        stats = {s: stat(trials(s), row.metric) for s in systems}
+        if all(v is None for v in stats.values()):
             continue
-        line = [row.label]
+        line = [row.label, *(fmt_stat(stats[s], row.digits) for s in systems)]
         rec: dict[str, Any] = {"metric": row.label, "key": f"{row.acta_key}.{row.metric}"}
-        if "acta" in results:
-            line.append(fmt_stat(a, row.digits))
-            rec["acta"] = a.as_dict() if a else None
-        if "pgqueuer" in results:
-            line.append(fmt_stat(q, row.digits))
-            rec["pgqueuer"] = q.as_dict() if q else None
-        if both and row.better == "-":
-            line += ["", "", ""]
-        elif both:
+        rec.update({s: v.as_dict() if v else None for s, v in stats.items()})
+        for mine, other, name in pairs:
+            if row.better == "-":
+                line += ["", ""]
+                continue
+            a, q = stats[mine], stats[other]
             ratio = a.median / q.median if a and q and q.median else None
-            paired = paired_ratios(
-                results["acta"].get(row.acta_key, []),
-                results["pgqueuer"].get(row.pgq_key, []),
-                row.metric,
-            )
-            line += [
-                "-" if ratio is None else f"{ratio:.2f}x",
-                fmt_stat(paired, 2),
-                row.better,
-            ]
-            rec["ratio"] = ratio
-            rec["paired_ratio"] = paired.as_dict() if paired else None
-            rec["better"] = row.better
+            paired = paired_ratios(trials(mine), trials(other), row.metric)
+            line += ["-" if ratio is None else f"{ratio:.2f}x", fmt_stat(paired, 2)]
+            rec["ratio" + ratio_field(name)] = ratio
+            rec["paired_ratio" + ratio_field(name)] = paired.as_dict() if paired else None
+        if pairs:
+            line.append("" if row.better == "-" else row.better)
+            if row.better != "-":
+                rec["better"] = row.better
         cells.append(line)
         records.append(rec)
     return cells, records

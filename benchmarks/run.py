@@ -3,12 +3,16 @@
     python -m benchmarks.run                      # both systems, 3 trials, 20,000 jobs
     python -m benchmarks.run --smoke              # acta only, 500 jobs, 1 trial (< 30 s)
     python -m benchmarks.run --only drain --systems acta --executors 64 --trials 1
+    python -m benchmarks.run --only drain --systems acta --acta-baseline main~1  # before/after
 
 Needs a PostgreSQL server (``--dsn``, as a superuser: the harness drops and creates the
 databases bench_acta and bench_pgqueuer, or bench_smoke_acta with --smoke, and runs
 CHECKPOINT). PgQueuer is installed from PyPI into a scratch venv outside the repository on
-first use (``--pgq-venv``). Prints one line per measurement, then the table (medians with
-min-max, and the ratio acta/PgQueuer), then one JSON line.
+first use (``--pgq-venv``). ``--acta-baseline REV_OR_DIR`` adds a second acta, another
+revision of this repository (exported under ``--baseline-work``) or another checkout,
+measured in the same trials, interleaved with this checkout's on its own database
+(``<prefix>_acta_base``). Prints one line per measurement, then the table (medians with
+min-max, and the ratios acta/PgQueuer and acta/baseline), then one JSON line.
 Exits 1 if any measurement failed.
 """
 
@@ -33,7 +37,7 @@ import asyncpg
 from benchmarks.harness import Options, Runner, cpu_count
 from benchmarks.measure import loadavg
 from benchmarks.report import build_table, render, rows_for
-from benchmarks.systems import Acta, PgQueuer, System
+from benchmarks.systems import Acta, PgQueuer, System, prepare_baseline
 
 DEFAULT_DSN = os.environ.get("ACTA_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 WORKLOADS = ("enqueue", "drain", "latency")
@@ -72,6 +76,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="databases are <prefix>_acta and <prefix>_pgqueuer (default bench; bench_smoke "
         "with --smoke, so that a smoke test never drops a full run's database)",
     )
+    ap.add_argument(
+        "--acta-baseline",
+        metavar="REV_OR_DIR",
+        help="also measure acta from this git revision (or checkout directory), interleaved "
+        "with this checkout in every trial: the table shows both and acta/base",
+    )
+    ap.add_argument(
+        "--baseline-work",
+        type=Path,
+        default=Path("/tmp/acta-bench/baselines"),
+        help="where --acta-baseline revisions are exported (once per revision)",
+    )
     ap.add_argument("--pgq-venv", type=Path, default=Path("/tmp/acta-bench/pgq-venv"))
     ap.add_argument("--out", type=Path, default=Path("/tmp/acta-bench/results"))
     ap.add_argument("--smoke", action="store_true", help="acta only, n=500, 1 trial, short (c)")
@@ -97,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.executors = [
         None if e.strip() == "default" else str(int(e)) for e in args.executors.split(",")
     ]
+    if args.acta_baseline is not None and "acta" not in args.systems:
+        ap.error("--acta-baseline compares with this checkout's acta: keep acta in --systems")
     return args
 
 
@@ -148,9 +166,24 @@ async def measure(runner: Runner, workload: str, setting: str | None) -> dict[st
 
 
 def drain_key(system: System, setting: str | None) -> str:
-    if system.name != "acta":
+    if not isinstance(system, Acta):
         return "drain"
     return "drain@" + (setting or "default")
+
+
+def steps_of(workload: str, order: list[System]) -> list[tuple[System, str, str | None]]:
+    """One trial's measurements of ``workload``: (system, result key, setting). Drains go
+    setting by setting, each system in turn, so that this checkout and its baseline run
+    the same setting back to back, under about the same load."""
+    if workload != "drain":
+        return [(s, workload, None) for s in order]
+    depth = max(len(s.drain_settings) for s in order)
+    return [
+        (s, drain_key(s, s.drain_settings[i]), s.drain_settings[i])
+        for i in range(depth)
+        for s in order
+        if i < len(s.drain_settings)
+    ]
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -161,6 +194,11 @@ async def main_async(args: argparse.Namespace) -> int:
     systems: list[System] = []
     if "acta" in args.systems:
         systems.append(Acta(args.executors, args.db_prefix))
+    if args.acta_baseline is not None:
+        baseline = await asyncio.to_thread(
+            prepare_baseline, args.acta_baseline, args.baseline_work, say
+        )
+        systems.append(Acta(args.executors, args.db_prefix, baseline))
     if "pgqueuer" in args.systems:
         pgq = PgQueuer(args.pgq_venv, args.db_prefix)
         await asyncio.to_thread(pgq.ensure_installed, say)
@@ -212,20 +250,15 @@ async def main_async(args: argparse.Namespace) -> int:
             # always fall on the same one.
             order = systems if trial % 2 == 0 else list(reversed(systems))
             for workload in plan:
-                for s in order:
-                    if workload == "drain":
-                        steps = [(drain_key(s, st), st) for st in s.drain_settings]
-                    else:
-                        steps = [(workload, None)]
-                    for key, setting in steps:
-                        t = time.monotonic()
-                        r = await measure(runners[s.name], key, setting)
-                        failures += "error" in r
-                        results[s.name].setdefault(key, []).append(r)
-                        say(
-                            f"[{s.name}] trial {trial + 1}/{args.trials} {key}: {brief(key, r)} "
-                            f"[{time.monotonic() - t:.1f}s]"
-                        )
+                for s, key, setting in steps_of(workload, order):
+                    t = time.monotonic()
+                    r = await measure(runners[s.name], key, setting)
+                    failures += "error" in r
+                    results[s.name].setdefault(key, []).append(r)
+                    say(
+                        f"[{s.name}] trial {trial + 1}/{args.trials} {key}: {brief(key, r)} "
+                        f"[{time.monotonic() - t:.1f}s]"
+                    )
     finally:
         for runner in runners.values():
             await runner.close()
@@ -267,11 +300,20 @@ def summarize(meta: dict[str, Any], results: dict[str, Any]) -> list[dict[str, A
         f"{meta['date']}, load {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f}"
     )
     say(render(cells))
-    if len(meta["labels"]) == 2:
+    names = list(meta["labels"])
+    if len(names) > 1:
         say(
-            "acta/PgQ: ratio of the medians; per trial: median (min-max) of the ratios within "
-            "each trial. > 1 is better on 'higher' rows, < 1 on 'lower' rows. PgQueuer has one "
-            "drain (batch_size=10, uvloop), compared with both acta settings."
+            "acta/PgQ, acta/base: ratio of the medians (this checkout's acta over the other); "
+            "per trial: median (min-max) of the ratios within each trial. > 1 is better on "
+            "'higher' rows, < 1 on 'lower' rows."
+        )
+    if "pgqueuer" in names:
+        say("PgQueuer has one drain (batch_size=10, uvloop), compared with each acta setting.")
+    if any(n.startswith("acta@") for n in names):
+        say(
+            "acta/base: the same workloads on the baseline revision, interleaved with this "
+            "checkout in every trial; a change that does not move the figures reads about "
+            "1.00x, within the per-trial range."
         )
     return records
 

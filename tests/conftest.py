@@ -14,7 +14,12 @@ Fixtures:
   so that attributes stay readable after commit without implicit IO.
 * ``sync_engine`` / ``sync_session``: psycopg 3 (``postgresql+psycopg://``).
 * ``acta_env``: ``os.environ`` plus ``ACTA_DATABASE_URL`` of the test database, for
-  subprocesses; ``acta_env_for(url)`` builds the same for another database.
+  subprocesses; ``acta_env_for(url)`` builds the same for another database (both through
+  ``tests.harness.worker_env``, the one builder).
+* ``sql``: run one statement on the test database (autocommit), rows back
+  (``tests.harness.SqlRunner``); a tier may override it to prepare the database first.
+* ``runs_log``: the run log the handlers of the test apps append to
+  (``tests.harness.record``, read back with ``tests.harness.read_runs``).
 * ``scratch_database``: a factory of empty databases on the same server, dropped after
   the test (for migration tests that must start from nothing).
 """
@@ -35,9 +40,8 @@ from sqlalchemy.orm import Session
 
 from acta_sqla import embedded, migrate
 from acta_sqla.models import SCHEMA
-from tests.harness import worker_env
+from tests.harness import Sql, SqlRunner, worker_env
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # A test that leaves a transaction open would make the next TRUNCATE wait forever for its
 # lock; fail that test's successor loudly instead.
 _TRUNCATE_LOCK_TIMEOUT = "10s"
@@ -170,7 +174,7 @@ def sync_session(sync_engine: Engine) -> Iterator[Session]:
         yield session
 
 
-def acta_env_for(url: str, **extra: str) -> dict[str, str]:
+def acta_env_for(url: str | None, **extra: str) -> dict[str, str]:
     """The environment of an `acta` subprocess that should use ``url``: the one builder
     of tests/harness.py (no ``ACTA_*`` of the caller's shell, the checkout importable)."""
     return worker_env(url, **extra)
@@ -185,6 +189,20 @@ def acta_env(database_url: str) -> dict[str, str]:
 @pytest.fixture(name="acta_env_for")
 def _acta_env_for() -> Callable[..., dict[str, str]]:
     return acta_env_for
+
+
+@pytest.fixture
+def sql(db: str) -> Iterator[Sql]:
+    """Run one statement on the test database (its own autocommit connection), rows back."""
+    run = SqlRunner(db)
+    yield run
+    run.close()
+
+
+@pytest.fixture
+def runs_log(tmp_path: Path) -> Path:
+    """The run log of this test's workers (``ACTA_RUNS_LOG``); absent until a run starts."""
+    return tmp_path / "runs.log"
 
 
 @pytest.fixture

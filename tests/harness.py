@@ -5,12 +5,14 @@ database, shared by the e2e and fault tiers (and anything else that spawns worke
   output in a log file;
 * :func:`worker_env`: the ONE way to build a worker's environment (only the test's
   ``ACTA_*`` settings, the test database, the run log, the checkout on ``PYTHONPATH``);
-* :class:`WorkerProcess`: one running worker (signal, kill, wait, output, readiness, the
-  server pid of one of its connections); :func:`start_workers` makes a factory of them
-  and :func:`stop_all` kills what is left;
+* :class:`WorkerProcess`: one running worker (signal, kill, wait, alive, output,
+  readiness, the server pid of one of its connections); :class:`Workers` starts them for
+  one test (one app, one database, one run log) and kills what is left at the end;
 * the run log: handlers call :func:`record` at each start and end, and :func:`read_runs`
-  reads it back as :class:`Run` values (the oracle's input);
-* :func:`sql_runner`: an autocommit connection that runs one statement, rows back;
+  reads it back as :class:`Run` values (the oracle's input): the ONE run-log format of
+  every test app;
+* :class:`SqlRunner`: an autocommit connection that runs one statement, rows back (and
+  reconnects, if asked, for a database that restarts under the test);
 * :func:`insert_jobs`: jobs straight into the ledger, as another application would.
 """
 
@@ -56,10 +58,13 @@ class Run:
     pid: int
     t: float
     """CLOCK_MONOTONIC seconds: one clock for every process on the machine."""
+    key: str = ""
+    """What the handler grouped the run under (a concurrency key, a lane), if anything."""
 
 
-def record(event: str, ctx: Context) -> None:
-    """Append one run-log line for ``ctx``'s attempt (no-op without ``ACTA_RUNS_LOG``).
+def record(event: str, ctx: Context, key: str = "") -> None:
+    """Append one run-log line for ``ctx``'s attempt (no-op without ``ACTA_RUNS_LOG``):
+    ``<event> <job> <execution> <attempt> <pid> <monotonic seconds> [<key>]``.
 
     One ``write`` on an ``O_APPEND`` descriptor per line, so lines from several processes
     never interleave; ``time.monotonic()`` lets the checker compare times across workers.
@@ -67,9 +72,11 @@ def record(event: str, ctx: Context) -> None:
     path = os.environ.get(RUNS_LOG_VAR)
     if not path:
         return
+    if key and len(key.split()) != 1:
+        raise ValueError(f"record: key {key!r} must be one word (the log splits on spaces)")
     line = (
         f"{event} {ctx.job_id} {ctx.execution_id} {ctx.attempt} {os.getpid()} "
-        f"{time.monotonic():.6f}\n"
+        f"{time.monotonic():.6f}{' ' + key if key else ''}\n"
     )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -83,23 +90,50 @@ def read_runs(path: Path) -> list[Run]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        event, job, execution, attempt, pid, t = line.split()
-        out.append(Run(event, int(job), int(execution), int(attempt), int(pid), float(t)))
+        event, job, execution, attempt, pid, t, *key = line.split()
+        out.append(Run(event, int(job), int(execution), int(attempt), int(pid), float(t), *key))
     return out
 
 
 # ------------------------------------------------------------------------------ database
 
 
-def sql_runner(url: str) -> tuple[Sql, psycopg.Connection]:
-    """``run(query, *params)`` on one autocommit connection; rows back ([] for none)."""
-    conn = psycopg.connect(url, autocommit=True)
+class SqlRunner:
+    """``run(query, *params)``: one statement on this runner's own autocommit connection,
+    rows back ([] for none). The ONE way tests run SQL on the side of the code under test.
 
-    def run(query: str, *params: object) -> list[tuple[Any, ...]]:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
+    ``reconnect``: for a database that restarts under the test (tests/faults/cluster.py):
+    a call reconnects as needed, and while the server is down it raises
+    ``psycopg.OperationalError``."""
 
-    return run, conn
+    def __init__(self, url: str, *, reconnect: bool = False) -> None:
+        self.url = url
+        self.reconnect = reconnect
+        self.conn: psycopg.Connection | None = None if reconnect else self._connect()
+
+    def _connect(self) -> psycopg.Connection:
+        # Where the server may be down, a connect must give up quickly so that the caller's
+        # wait_for polls again instead of hanging on a server that is restarting.
+        timeout = {"connect_timeout": 3} if self.reconnect else {}
+        return psycopg.connect(self.url, autocommit=True, **timeout)
+
+    def __call__(self, query: str, *params: object) -> list[tuple[Any, ...]]:
+        for attempt in (1, 2):
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = self._connect()
+                cur = self.conn.execute(query, params)
+                return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError:
+                if not self.reconnect or attempt == 2:
+                    raise
+                self.close()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
 
 
 def insert_jobs(
@@ -128,13 +162,15 @@ def acta_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "acta_sqla.cli"]
 
 
-def worker_env(url: str, runs_log: Path | None = None, **extra: str) -> dict[str, str]:
+def worker_env(url: str | None, runs_log: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment of an `acta` process of a test: the machine's environment without
     any ``ACTA_*`` setting of the caller's shell (so a developer's ACTA_NAMESPACE or
-    ACTA_EXECUTORS never leaks into a test), then the test database, the run log, the
-    checkout on ``PYTHONPATH`` (the test apps import ``tests.*``), then ``extra``."""
+    ACTA_EXECUTORS never leaks into a test), then the test database (None: no URL, the
+    process falls back to the embedded server), the run log, the checkout on
+    ``PYTHONPATH`` (the test apps import ``tests.*``), then ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
-    env["ACTA_DATABASE_URL"] = url
+    if url is not None:
+        env["ACTA_DATABASE_URL"] = url
     if runs_log is not None:
         env[RUNS_LOG_VAR] = str(runs_log)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -228,38 +264,52 @@ class WorkerProcess:
         return int(rows[0][0]) if rows else None
 
 
-WorkerFactory = Callable[..., WorkerProcess]
+class Workers:
+    """Starts `acta worker --app APP` processes of one test on ``url``, each with
+    ``worker_env(url, runs_log, **defaults, **env)`` and its output in ``tmp_path``;
+    :meth:`kill_all` (or leaving the ``with`` block) SIGKILLs every one still alive, so no
+    test leaves a worker behind to claim the next test's jobs.
 
-
-def start_workers(
-    app: str,
-    url: str,
-    sql: Sql,
-    runs_log: Path,
-    tmp_path: Path,
-    defaults: Mapping[str, str] | None = None,
-    ready: bool = False,
-) -> tuple[WorkerFactory, list[WorkerProcess]]:
-    """A factory of `acta worker --app APP` processes on ``url`` (each with
-    ``worker_env(url, runs_log, **defaults, **env)``), and the list of those started.
     ``ready``: by default, wait until each has registered and LISTENs."""
-    started: list[WorkerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, ready: bool = ready) -> WorkerProcess:
-        full_env = worker_env(url, runs_log, **{**(defaults or {}), **(env or {})})
-        out_path = tmp_path / f"worker-{len(started)}.log"
-        worker = WorkerProcess(spawn_worker(app, args, full_env, out_path), out_path, sql)
-        started.append(worker)
-        if ready:
+    def __init__(
+        self,
+        app: str,
+        url: str,
+        sql: Sql,
+        runs_log: Path,
+        tmp_path: Path,
+        defaults: Mapping[str, str] | None = None,
+        ready: bool = False,
+    ) -> None:
+        self.app = app
+        self.url = url
+        self.sql = sql
+        self.runs_log = runs_log
+        self.tmp_path = tmp_path
+        self.defaults = dict(defaults or {})
+        self.ready = ready
+        self.started: list[WorkerProcess] = []
+
+    def __call__(
+        self, *args: str, env: Mapping[str, str] | None = None, ready: bool | None = None
+    ) -> WorkerProcess:
+        full_env = worker_env(self.url, self.runs_log, **{**self.defaults, **(env or {})})
+        out_path = self.tmp_path / f"worker-{len(self.started)}.log"
+        worker = WorkerProcess(spawn_worker(self.app, args, full_env, out_path), out_path, self.sql)
+        self.started.append(worker)
+        if self.ready if ready is None else ready:
             worker.wait_ready()
         return worker
 
-    return start, started
+    def kill_all(self) -> None:
+        """SIGKILL every worker of the test still alive."""
+        for w in self.started:
+            if w.alive():
+                w.kill()
 
+    def __enter__(self) -> Workers:
+        return self
 
-def stop_all(started: list[WorkerProcess]) -> None:
-    """SIGKILL every worker of the test still alive."""
-    for w in started:
-        if w.alive():
-            w.proc.send_signal(signal.SIGKILL)
-            w.proc.wait(timeout=10)
+    def __exit__(self, *exc: object) -> None:
+        self.kill_all()

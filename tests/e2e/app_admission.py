@@ -1,27 +1,19 @@
 """The app of the admission e2e tests (tests/e2e/test_admission.py), run in real
 `acta worker` processes.
 
-Every handler start and end is appended to the file named by ACTA_E2E_LOG as one line
-``<event> <job_id> <attempt> <pid> <unix time> <key>`` (O_APPEND writes of one short line
-do not interleave between processes): the oracle of what ran when.
+Every handler start and end goes to the run log (``tests.harness.record``, read back with
+``tests.harness.read_runs``) with its concurrency key or lane as the run's ``key``: the
+oracle of what ran when, and under which key.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 
 from acta_sqla import Acta, Context
+from tests.harness import record
 
 acta = Acta(namespace="admission")
-
-
-def record(event: str, ctx: Context, key: str) -> None:
-    path = os.environ.get("ACTA_E2E_LOG")
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{event} {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f} {key}\n")
 
 
 @acta.job(concurrency_key="{key}", concurrency_limit=2)

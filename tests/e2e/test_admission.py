@@ -3,85 +3,48 @@ checked from the handlers' own records of when they started and ended."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from tests.harness import REPO_ROOT, insert_jobs, spawn_worker
+from tests.harness import Sql, Workers, insert_jobs, read_runs
 from tests.waiting import wait_for
 
 APP = "tests.e2e.app_admission:acta"
 NAMESPACE = "admission"
 
-Sql = Callable[..., list[tuple[object, ...]]]
-Run = tuple[str, int, int, int, float, str]
-
 
 @pytest.fixture
-def sql(db: str) -> Iterator[Sql]:
-    conn = psycopg.connect(db, autocommit=True)
-
-    def run(query: str, *params: object) -> list[tuple[object, ...]]:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
-
-    yield run
-    conn.close()
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Path:
-    return tmp_path / "runs.log"
-
-
-@pytest.fixture
-def three_workers(
-    db: str, sql: Sql, log: Path, tmp_path: Path
-) -> Iterator[list[subprocess.Popen[str]]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
-    env.update(ACTA_DATABASE_URL=db, ACTA_E2E_LOG=str(log), PYTHONPATH=str(REPO_ROOT))
-    procs = [spawn_worker(APP, (), env, tmp_path / f"worker-{i}.log") for i in range(3)]
-    # All three must be up before the jobs arrive, or the first could drain them alone.
-    wait_for(
-        lambda: sql("SELECT count(*) FROM acta.worker WHERE status = 'running'") == [(3,)],
-        what="three workers to register",
-    )
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            p.wait(timeout=10)
-
-
-def read(log: Path) -> list[Run]:
-    out = []
-    for line in log.read_text().splitlines():
-        event, job, attempt, pid, at, key = line.split()
-        out.append((event, int(job), int(attempt), int(pid), float(at), key))
-    return out
+def three_workers(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Workers]:
+    with Workers(APP, db, sql, runs_log, tmp_path) as workers:
+        for _ in range(3):
+            workers()
+        # All three must be up before the jobs arrive, or the first could drain them alone.
+        wait_for(
+            lambda: sql("SELECT count(*) FROM acta.worker WHERE status = 'running'") == [(3,)],
+            what="three workers to register",
+        )
+        yield workers
 
 
 def succeeded(sql: Sql) -> int:
-    return int(sql("SELECT count(*) FROM acta.job WHERE status = 'succeeded'")[0][0])  # type: ignore[call-overload]
+    return int(sql("SELECT count(*) FROM acta.job WHERE status = 'succeeded'")[0][0])
 
 
-def stop(procs: list[subprocess.Popen[str]]) -> None:
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
+def stop(workers: Workers) -> None:
+    for w in workers.started:
+        w.signal(signal.SIGTERM)
+    assert [w.wait(timeout=60) for w in workers.started] == [0, 0, 0]
 
 
 def test_300_jobs_over_5_keys_with_limit_2_never_run_more_than_2_of_a_key_at_once(
-    sql: Sql, three_workers: list[subprocess.Popen[str]], log: Path
+    sql: Sql, three_workers: Workers, runs_log: Path
 ) -> None:
     # The keys interleaved, as an application's traffic would be.
     rows = sql(
@@ -90,21 +53,21 @@ def test_300_jobs_over_5_keys_with_limit_2_never_run_more_than_2_of_a_key_at_onc
         "FROM generate_series(1, 300) AS i RETURNING id",
         NAMESPACE,
     )
-    ids = [int(r[0]) for r in rows]  # type: ignore[call-overload]
+    ids = [int(r[0]) for r in rows]
     wait_for(lambda: succeeded(sql) == 300, timeout=180, what="300 successes")
     stop(three_workers)
-    runs = read(log)
-    starts = [r for r in runs if r[0] == "start"]
-    assert sorted(r[1] for r in starts) == sorted(ids), "every job ran exactly once"
+    runs = read_runs(runs_log)
+    starts = [r for r in runs if r.event == "start"]
+    assert sorted(r.job_id for r in starts) == sorted(ids), "every job ran exactly once"
     # Bounces are uncharged: every job succeeded on its first charged attempt.
     assert sql("SELECT DISTINCT attempts FROM acta.job") == [(1,)]
     assert sql("SELECT count(*) FROM acta.execution") == [(300,)]
     assert sql("SELECT count(*) FROM acta.concurrency_slot") == [(0,)]
     # Sweep each key's [start, end] intervals: never more than 2 at once.
     events: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for event, _, _, _, at, key in runs:
+    for r in runs:
         # At one instant an end sorts before a start: the slot was freed first.
-        events[key].append((at, 1 if event == "start" else -1))
+        events[r.key].append((r.t, 1 if r.event == "start" else -1))
     peaks = {}
     for key, evs in events.items():
         level = peak = 0
@@ -113,16 +76,16 @@ def test_300_jobs_over_5_keys_with_limit_2_never_run_more_than_2_of_a_key_at_onc
             peak = max(peak, level)
         peaks[key] = peak
     assert max(peaks.values()) == 2, peaks  # the limit was reached, never passed
-    assert {len({r[3] for r in starts})} == {3}, "all three workers ran some"
+    assert {len({r.pid for r in starts})} == {3}, "all three workers ran some"
 
 
 def test_a_rate_of_10_per_second_holds_across_3_workers(
-    sql: Sql, three_workers: list[subprocess.Popen[str]], log: Path
+    sql: Sql, three_workers: Workers, runs_log: Path
 ) -> None:
     ids = insert_jobs(sql, NAMESPACE, "rated", 45)
     wait_for(lambda: succeeded(sql) == 45, timeout=120, what="45 successes")
     stop(three_workers)
-    starts = sorted(at for event, _, _, _, at, _ in read(log) if event == "start")
+    starts = sorted(r.t for r in read_runs(runs_log) if r.event == "start")
     assert len(starts) == len(ids)
     for i, first in enumerate(starts):
         in_window = [t for t in starts[i:] if t < first + 1.0]
@@ -133,7 +96,7 @@ def test_a_rate_of_10_per_second_holds_across_3_workers(
 
 
 def test_5_lanes_of_40_jobs_from_2_concurrent_sessions_run_one_at_a_time_in_commit_order(
-    sql: Sql, three_workers: list[subprocess.Popen[str]], log: Path, sync_engine: Engine
+    sql: Sql, three_workers: Workers, runs_log: Path, sync_engine: Engine
 ) -> None:
     from tests.e2e.app_admission import acta, laned
 
@@ -162,9 +125,9 @@ def test_5_lanes_of_40_jobs_from_2_concurrent_sessions_run_one_at_a_time_in_comm
     assert sorted(len(v) for v in committed.values()) == [40] * 5
     wait_for(lambda: succeeded(sql) == 200, timeout=180, what="200 successes")
     stop(three_workers)
-    runs = read(log)
+    runs = read_runs(runs_log)
     for lane, ids in committed.items():
-        mine = sorted((at, event, job) for event, job, _, _, at, key in runs if key == lane)
+        mine = sorted((r.t, r.event, r.job_id) for r in runs if r.key == lane)
         started = [job for _, event, job in mine if event == "start"]
         assert started == ids, f"{lane} ran out of commit order"
         # Strictly alternating start, end, start, end: never two of the lane at once.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,15 +10,14 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from acta_sqla import embedded, migrate
+from tests.harness import acta_command, worker_env
 
 CLI_TIMEOUT_SECONDS = 60
 
 
 def _acta(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).parent / "acta"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "acta_sqla.cli"]
     return subprocess.run(
-        [*command, *args],
+        [*acta_command(), *args],
         env=env,
         cwd=cwd,  # away from the repo, so that no developer's .env is read
         capture_output=True,
@@ -86,7 +83,7 @@ def test_database_url_option_and_schema(
     scratch_database: Callable[[], str], tmp_path: Path, head: str
 ) -> None:
     url = scratch_database()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
+    env = worker_env(None)
 
     up = _acta("db", "upgrade", "--database-url", url, "--schema", "jobs", env=env, cwd=tmp_path)
     assert up.returncode == 0, up.stderr
@@ -142,8 +139,7 @@ def test_unknown_revision_is_one_line(
 
 def test_embedded_default_when_no_url_is_configured(tmp_path: Path, head: str) -> None:
     data_dir = tmp_path / "pgdata"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
-    env["ACTA_DATA_DIR"] = str(data_dir)
+    env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         up = _acta("db", "upgrade", env=env, cwd=tmp_path)
         assert up.returncode == 0, up.stderr

@@ -5,7 +5,6 @@ purpose: its exit codes (0 healthy, 1 warnings, 2 problems, 3 could not look), i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from tests.db.test_doctor import (
     vacuum,
     worker_row,
 )
-from tests.harness import acta_command
+from tests.harness import acta_command, worker_env
 
 CLI_TIMEOUT_SECONDS = 60
 
@@ -205,8 +204,7 @@ def test_a_user_mistake_is_one_line_and_exit_3(
 
 def test_the_embedded_default_when_no_url_is_set(tmp_path: Path) -> None:
     data_dir = tmp_path / "pgdata"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
-    env["ACTA_DATA_DIR"] = str(data_dir)
+    env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         up = subprocess.run(
             [*acta_command(), "db", "upgrade"],

@@ -5,7 +5,6 @@ database; SIGTERM and a clean exit with the worker marked stopped), a separate
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -15,13 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import psycopg
 import pytest
 
-from tests.harness import REPO_ROOT, spawn_worker
+from tests.harness import REPO_ROOT, Sql, spawn_worker, worker_env
 from tests.waiting import wait_for
-
-Sql = Callable[..., list[tuple[Any, ...]]]
 
 
 def test_importing_acta_sqla_and_its_worker_never_imports_fastapi() -> None:
@@ -37,16 +33,11 @@ def test_importing_acta_sqla_and_its_worker_never_imports_fastapi() -> None:
 
 
 @pytest.fixture
-def sql(db: str) -> Iterator[Sql]:
-    conn = psycopg.connect(db, autocommit=True)
-    conn.execute("DROP TABLE IF EXISTS users")  # the example creates it at start-up
-
-    def run(query: str, *params: object) -> list[tuple[Any, ...]]:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
-
-    yield run
-    conn.close()
+def sql(sql: Sql) -> Sql:
+    """The shared ``sql`` (tests/conftest.py), with the example's table gone: the example
+    creates it at start-up."""
+    sql("DROP TABLE IF EXISTS users")
+    return sql
 
 
 def free_port() -> int:
@@ -71,8 +62,7 @@ def uvicorn(db: str, tmp_path: Path) -> Iterator[Callable[..., Uvicorn]]:
 
     def start(**env: str) -> Uvicorn:
         port = free_port()
-        full_env = {k: v for k, v in os.environ.items() if k != "ACTA_TEST_DATABASE_URL"}
-        full_env.update(ACTA_DATABASE_URL=db, PYTHONPATH=str(REPO_ROOT), **env)
+        full_env = worker_env(db, **env)
         log = tmp_path / f"uvicorn-{len(started)}.log"
         command = [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app"]
         with log.open("w") as out:
@@ -170,10 +160,8 @@ def test_a_separate_acta_worker_drains_what_the_app_enqueued(
         assert http.get(f"/jobs/{ids['job_id']}").json()["status"] == "ready"
         assert sql("SELECT count(*) FROM acta.worker") == [(0,)]
 
-        env = {k: v for k, v in os.environ.items() if k != "ACTA_TEST_DATABASE_URL"}
-        env.update(ACTA_DATABASE_URL=db, PYTHONPATH=str(REPO_ROOT))
         log = tmp_path / "acta-worker.log"
-        worker = spawn_worker("examples.fastapi_app:acta", ("--burst",), env, log)
+        worker = spawn_worker("examples.fastapi_app:acta", ("--burst",), worker_env(db), log)
         assert worker.wait(timeout=60) == 0, log.read_text()
 
         job = http.get(f"/jobs/{ids['job_id']}").json()

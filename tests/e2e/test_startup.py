@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from .conftest import REPO_ROOT
+from tests.harness import REPO_ROOT
 
 SCRIPT = """
 import sys, asyncio

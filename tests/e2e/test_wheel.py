@@ -10,8 +10,7 @@ import zipfile
 from pathlib import Path
 
 from acta_sqla.settings import SCHEMA_HEAD
-
-from .conftest import REPO_ROOT
+from tests.harness import REPO_ROOT
 
 UPGRADE = """
 import sys

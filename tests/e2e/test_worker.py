@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections import Counter
 
-from tests.harness import insert_jobs
-
-from .conftest import acta_command, read_runs, wait_for
+from tests.harness import acta_command, insert_jobs, read_runs, worker_env
+from tests.waiting import wait_for
 
 
 def enqueue(sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:  # type: ignore[no-untyped-def]
@@ -21,7 +19,7 @@ def statuses(sql) -> Counter[str]:  # type: ignore[no-untyped-def]
 
 
 def test_two_workers_run_2000_jobs_each_succeeding_exactly_once(
-    sql, start_worker, oracle_log
+    sql, start_worker, runs_log
 ) -> None:  # type: ignore[no-untyped-def]
     a = start_worker()
     b = start_worker()
@@ -35,7 +33,7 @@ def test_two_workers_run_2000_jobs_each_succeeding_exactly_once(
     for w in (a, b):
         w.signal(signal.SIGTERM)
     assert a.wait() == 0 and b.wait() == 0
-    runs = read_runs(oracle_log)
+    runs = read_runs(runs_log)
     started = Counter(r.job_id for r in runs if r.event == "start")
     assert set(started) == set(ids)
     assert max(started.values()) == 1, "a job ran twice"
@@ -48,7 +46,7 @@ def test_two_workers_run_2000_jobs_each_succeeding_exactly_once(
     assert sql("SELECT count(*) FROM acta.worker WHERE status = 'stopped'") == [(2,)]
 
 
-def test_retries_end_failed_after_max_attempts(sql, start_worker, oracle_log) -> None:  # type: ignore[no-untyped-def]
+def test_retries_end_failed_after_max_attempts(sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]
     [job_id] = enqueue(sql, "always_fails")
     w = start_worker()
     wait_for(lambda: statuses(sql)["failed"] == 1, timeout=60, what="the job to fail")
@@ -63,7 +61,7 @@ def test_retries_end_failed_after_max_attempts(sql, start_worker, oracle_log) ->
         "SELECT attempt, outcome FROM acta.execution WHERE job_id = %s ORDER BY id", job_id
     )
     assert history == [(1, "failed"), (2, "failed"), (3, "failed")]
-    assert [r.attempt for r in read_runs(oracle_log) if r.event == "start"] == [1, 2, 3]
+    assert [r.attempt for r in read_runs(runs_log) if r.event == "start"] == [1, 2, 3]
 
 
 def test_a_handler_past_its_timeout_is_cancelled_and_failed(sql, start_worker) -> None:  # type: ignore[no-untyped-def]
@@ -79,13 +77,13 @@ def test_a_handler_past_its_timeout_is_cancelled_and_failed(sql, start_worker) -
 
 
 def test_sigterm_lets_running_handlers_finish_and_leaves_the_rest_uncharged(
-    sql, start_worker, oracle_log
+    sql, start_worker, runs_log
 ) -> None:  # type: ignore[no-untyped-def]
     running = enqueue(sql, "sleepy", 2, '{"seconds": 1.0}', priority=-1)
     waiting = enqueue(sql, "work", 5)
     w = start_worker("--executors", "2")
     wait_for(
-        lambda: sum(1 for r in read_runs(oracle_log) if r.event == "start") == 2,
+        lambda: sum(1 for r in read_runs(runs_log) if r.event == "start") == 2,
         what="both sleepy handlers to start",
     )
     w.signal(signal.SIGTERM)
@@ -98,11 +96,11 @@ def test_sigterm_lets_running_handlers_finish_and_leaves_the_rest_uncharged(
 
 
 def test_a_second_signal_cancels_running_handlers_which_are_retried_uncharged(
-    sql, start_worker, oracle_log
+    sql, start_worker, runs_log
 ) -> None:  # type: ignore[no-untyped-def]
     [job_id] = enqueue(sql, "sleepy", 1, '{"seconds": 60}')
     w = start_worker()
-    wait_for(lambda: read_runs(oracle_log), what="the handler to start")
+    wait_for(lambda: read_runs(runs_log), what="the handler to start")
     w.signal(signal.SIGTERM)
     wait_for(lambda: "stopping" in w.output(), what="the first signal to be seen")
     w.signal(signal.SIGINT)
@@ -111,29 +109,30 @@ def test_a_second_signal_cancels_running_handlers_which_are_retried_uncharged(
     assert sql("SELECT outcome FROM acta.execution WHERE job_id = %s", job_id) == [("interrupted",)]
 
 
-def test_the_grace_period_ends_in_a_cancel(sql, start_worker, oracle_log) -> None:  # type: ignore[no-untyped-def]
+def test_the_grace_period_ends_in_a_cancel(sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]
     [job_id] = enqueue(sql, "sleepy", 1, '{"seconds": 60}')
     w = start_worker("--grace", "0.5")
-    wait_for(lambda: read_runs(oracle_log), what="the handler to start")
+    wait_for(lambda: read_runs(runs_log), what="the handler to start")
     w.signal(signal.SIGTERM)
     assert w.wait(timeout=30) == 0
     assert sql("SELECT status, attempts FROM acta.job WHERE id = %s", job_id) == [("ready", 0)]
 
 
 def run_acta(db: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ACTA_DATABASE_URL=db, ACTA_NAMESPACE="e2e")
     return subprocess.run(
-        [*acta_command(), *args], env=env, capture_output=True, text=True, timeout=60
+        [*acta_command(), *args],
+        env=worker_env(db, ACTA_NAMESPACE="e2e"),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
-def test_cancel_stops_an_executing_job_within_a_heartbeat(
-    db, sql, start_worker, oracle_log
-) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_stops_an_executing_job_within_a_heartbeat(db, sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]
     [job_id] = enqueue(sql, "sleepy", 1, '{"seconds": 60}')
     [waiting] = enqueue(sql, "work", 1, run_at="2999-01-01T00:00:00Z")
     w = start_worker(env={"ACTA_HEARTBEAT_INTERVAL": "0.5"})
-    wait_for(lambda: read_runs(oracle_log), what="the handler to start")
+    wait_for(lambda: read_runs(runs_log), what="the handler to start")
     done = run_acta(db, "jobs", "cancel", str(job_id))
     assert done.returncode == 0, done.stderr
     assert "cancel requested" in done.stdout
@@ -173,7 +172,7 @@ def test_acta_demo_runs_the_whole_system(db) -> None:  # type: ignore[no-untyped
     assert "import_feed used up its budget" in done.stdout
 
 
-def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, oracle_log) -> None:  # type: ignore[no-untyped-def]
+def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]
     a = start_worker()
     b = start_worker()
     wait_for(
@@ -185,7 +184,7 @@ def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, oracle_log)
     for w in (a, b):
         w.signal(signal.SIGTERM)
     assert a.wait() == 0 and b.wait() == 0
-    events = [(r.event, r.job_id) for r in read_runs(oracle_log)]
+    events = [(r.event, r.job_id) for r in read_runs(runs_log)]
     assert len(events) == 60
     # Inside the lock, every start is followed by the same job's end: never two at once.
     for (e1, j1), (e2, j2) in zip(events[::2], events[1::2], strict=True):

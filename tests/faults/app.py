@@ -1,11 +1,8 @@
 """The app the fault-injection tests run in real `acta worker` processes (and in-process).
 
-Every handler start and end is appended to the run log named by ACTA_RUNS_LOG as one line
-``<event> <job_id> <execution_id> <attempt> <pid> <monotonic seconds>``; ``event`` is
-``start``, ``end`` (returned), ``cancel`` (cancelled: deadline, lease lost, shutdown) or
-``error`` (raised). Each line is one ``write`` on an ``O_APPEND`` descriptor, so lines from
-several processes never interleave, and ``time.monotonic()`` is CLOCK_MONOTONIC, one clock
-for every process on the machine: the checker compares handler times across workers.
+Every handler start and end goes to the run log (``tests.harness.record``: one line per
+event, ``start``, ``end`` (returned), ``cancel`` (cancelled: deadline, lease lost,
+shutdown) or ``error`` (raised), with CLOCK_MONOTONIC times comparable across workers).
 
 Every handler returns ``{"pid": ..., "execution": ...}`` so that a job's stored result
 names the attempt that wrote it.
@@ -18,7 +15,7 @@ import os
 from typing import Any
 
 from acta_sqla import Acta, Context
-from tests.harness import record as record  # re-exported: the other fault apps import it
+from tests.harness import record
 
 acta = Acta(namespace="faults")
 

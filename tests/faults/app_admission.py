@@ -1,8 +1,7 @@
 """The app of the admission fault tests (tests/faults/test_admission_faults.py).
 
-Records like tests/faults/app.py (``<event> <job_id> <execution_id> <attempt> <pid>
-<monotonic seconds>``, one O_APPEND write per line, CLOCK_MONOTONIC shared by every
-process) into the run log named by ACTA_RUNS_LOG (tests/harness.py).
+Every handler start and end goes to the run log (``tests.harness.record``), as in
+tests/faults/app.py.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import asyncio
 from typing import Any
 
 from acta_sqla import Acta, Context
-from tests.faults.app import record
+from tests.harness import record
 
 acta = Acta(namespace="faults")
 

@@ -15,7 +15,8 @@ import time
 from typing import Any
 
 from acta_sqla import Acta, Context
-from tests.faults.app import _run, record
+from tests.faults.app import _run
+from tests.harness import record
 
 acta = Acta(namespace="faults")
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from acta_sqla import Acta, Context
-from tests.faults.app import record
+from tests.harness import record
 
 acta = Acta(namespace="faults")
 

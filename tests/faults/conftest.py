@@ -3,11 +3,15 @@ the oracle (status-log trigger + run log), and a private PostgreSQL cluster to r
 
 * ``faults_db``: the session's test database, emptied, with the status-log trigger
   installed for this test only (dropped afterwards, so other test tiers never see it).
-* ``sql``: run a statement on the database of the test (autocommit), rows back.
-* ``runs_log``: the file the handlers of ``tests.faults.app`` append their runs to.
-* ``workers``: start ``acta worker --app tests.faults.app:acta`` processes; by default
-  with ``ACTA_HEARTBEAT_INTERVAL=0.5`` (lease 2 s, attempt deadline 1.25 s, worker dead
-  after 3.5 s, recovery every 2 s). Every process still alive at the end is killed.
+* ``sql``: the shared ``sql`` (tests/conftest.py), on ``faults_db``: the trigger is in
+  place before the test's first statement.
+* ``runs_log`` (shared, tests/conftest.py): the file the handlers of the fault apps append
+  their runs to.
+* ``workers``: start ``acta worker --app tests.faults.app:acta`` processes
+  (:class:`tests.harness.Workers`); by default with ``ACTA_HEARTBEAT_INTERVAL=0.5``
+  (lease 2 s, attempt deadline 1.25 s, worker dead after 3.5 s, recovery every 2 s), each
+  waited for until ready. Every process still alive at the end is killed.
+  :func:`make_workers` builds the same for another database or another fault app.
 * ``private_cluster`` (module): a PostgreSQL cluster of this test module's own, which the
   restart tests may restart; ``private_db`` a fresh database on it, migrated, with the
   oracle installed. The machine's shared server is never stopped or restarted.
@@ -27,15 +31,7 @@ from pathlib import Path
 import pytest
 
 from acta_sqla import migrate
-from tests.harness import (
-    Sql,
-    WorkerFactory,
-    WorkerProcess,
-    insert_jobs,
-    sql_runner,
-    start_workers,
-    stop_all,
-)
+from tests.harness import Sql, Workers, insert_jobs
 from tests.waiting import wait_for
 
 from . import oracle
@@ -45,18 +41,6 @@ APP = "tests.faults.app:acta"
 NAMESPACE = "faults"
 SHORT_CLOCK = {"ACTA_HEARTBEAT_INTERVAL": "0.5"}
 """Lease 2 s, attempt deadline 1.25 s, worker dead after 3.5 s, recovery every 2 s."""
-
-__all__ = [
-    "APP",
-    "NAMESPACE",
-    "SHORT_CLOCK",
-    "Sql",
-    "Worker",
-    "WorkerFactory",
-    "make_workers",
-    "stop_all",
-    "wait_for",
-]
 
 
 @pytest.fixture
@@ -69,33 +53,21 @@ def faults_db(db: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def sql(faults_db: str) -> Iterator[Sql]:
-    run, conn = sql_runner(faults_db)
-    yield run
-    conn.close()
+def sql(faults_db: str, sql: Sql) -> Sql:
+    """The shared ``sql``, asked for after ``faults_db``: the oracle is installed first."""
+    return sql
+
+
+def make_workers(url: str, sql: Sql, runs_log: Path, tmp_path: Path, app: str = APP) -> Workers:
+    """Fault-test workers of ``app`` on ``url``: the short clock, each waited for until
+    ready; use as ``with make_workers(...) as start:`` (leaving kills what is left)."""
+    return Workers(app, url, sql, runs_log, tmp_path, SHORT_CLOCK, ready=True)
 
 
 @pytest.fixture
-def runs_log(tmp_path: Path) -> Path:
-    return tmp_path / "runs.log"
-
-
-Worker = WorkerProcess
-"""One `acta worker` process (tests/harness.py)."""
-
-
-def make_workers(
-    url: str, sql: Sql, runs_log: Path, tmp_path: Path
-) -> tuple[WorkerFactory, list[WorkerProcess]]:
-    """Fault-test workers: the fault app, the short clock, each waited for until ready."""
-    return start_workers(APP, url, sql, runs_log, tmp_path, SHORT_CLOCK, ready=True)
-
-
-@pytest.fixture
-def workers(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[WorkerFactory]:
-    start, started = make_workers(faults_db, sql, runs_log, tmp_path)
-    yield start
-    stop_all(started)
+def workers(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Workers]:
+    with make_workers(faults_db, sql, runs_log, tmp_path) as start:
+        yield start
 
 
 def enqueue(sql: Sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:

@@ -10,27 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import start_workers, stop_all
+from tests.harness import Run, Sql, Workers, read_runs
+from tests.waiting import wait_for
 
 from . import oracle
-from .conftest import SHORT_CLOCK, Sql, all_terminal, enqueue, wait_for
+from .conftest import all_terminal, enqueue, make_workers
 
 APP = "tests.faults.app_admission:acta"
 
 
 @pytest.fixture
-def start(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[object]:
-    """Workers of the admission app (the harness's one factory, the fault tests' short
-    clock), each waited for until ready."""
-    run, started = start_workers(APP, faults_db, sql, runs_log, tmp_path, SHORT_CLOCK, ready=True)
-    yield run
-    stop_all(started)
+def start(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Workers]:
+    with make_workers(faults_db, sql, runs_log, tmp_path, app=APP) as workers:
+        yield workers
 
 
-def peak_overlap(runs: list[oracle.Run], killed: dict[int, float]) -> int:
+def peak_overlap(runs: list[Run], killed: dict[int, float]) -> int:
     """Most handlers running at once; a run cut short by a SIGKILL ends at the kill."""
     events: list[tuple[float, int]] = []
-    open_runs: dict[tuple[int, int], oracle.Run] = {}
+    open_runs: dict[tuple[int, int], Run] = {}
     for r in runs:
         if r.event == "start":
             open_runs[(r.job_id, r.execution_id)] = r
@@ -48,17 +46,17 @@ def peak_overlap(runs: list[oracle.Run], killed: dict[int, float]) -> int:
 
 
 def test_sigkill_of_a_slot_holder_frees_the_slot_when_its_lease_runs_out(
-    sql: Sql, start: object, runs_log: Path
+    sql: Sql, start: Workers, runs_log: Path
 ) -> None:
-    a = start()  # type: ignore[operator]
+    a = start()
     [holder] = enqueue(
         sql, "keyed_hold", args=json.dumps({"key": "x", "seconds": 60}), concurrency_key="x"
     )
     wait_for(
-        lambda: [r for r in oracle.read_runs(runs_log) if r.job_id == holder],
+        lambda: [r for r in read_runs(runs_log) if r.job_id == holder],
         what="the holder to start in worker A",
     )
-    b = start()  # type: ignore[operator]
+    b = start()
     others = enqueue(sql, "keyed_hold", 4, json.dumps({"key": "x"}), concurrency_key="x")
     # While A holds the slot, the others only bounce (A and B both claim them).
     wait_for(
@@ -74,7 +72,7 @@ def test_sigkill_of_a_slot_holder_frees_the_slot_when_its_lease_runs_out(
     expected = {holder: 2, **{j: 1 for j in others}}  # bounces charge nothing
     report = oracle.check(sql, runs_log, attempts=expected, killed={a.pid: killed_at})
     assert {report.final[j][0] for j in expected} == {"succeeded"}
-    runs = oracle.read_runs(runs_log)
+    runs = read_runs(runs_log)
     assert peak_overlap(runs, {a.pid: killed_at}) == 1, "two of one key ran at once"
     first_other = min(r.t for r in runs if r.event == "start" and r.job_id in others)
     # Not before the kill (A held the slot), and soon after its lease ran out: lease
@@ -85,12 +83,12 @@ def test_sigkill_of_a_slot_holder_frees_the_slot_when_its_lease_runs_out(
 
 
 def test_sigkill_of_a_lane_head_the_lane_continues_in_order(
-    sql: Sql, start: object, runs_log: Path
+    sql: Sql, start: Workers, runs_log: Path
 ) -> None:
-    a = start()  # type: ignore[operator]
+    a = start()
     [head] = enqueue(sql, "laned_hold", args=json.dumps({"line": "q", "seconds": 60}), lane_key="q")
     wait_for(
-        lambda: [r for r in oracle.read_runs(runs_log) if r.job_id == head],
+        lambda: [r for r in read_runs(runs_log) if r.job_id == head],
         what="the lane's head to start in worker A",
     )
     rest = [
@@ -98,14 +96,14 @@ def test_sigkill_of_a_lane_head_the_lane_continues_in_order(
         for _ in range(4)
     ]
     assert sql("SELECT DISTINCT status FROM acta.job WHERE id = ANY(%s)", rest) == [("waiting",)]
-    b = start()  # type: ignore[operator]
+    b = start()
     killed_at = a.kill()
     wait_for(lambda: all_terminal(sql, 5), timeout=60, what="the whole lane to end")
 
     expected = {head: 2, **{j: 1 for j in rest}}
     report = oracle.check(sql, runs_log, attempts=expected, killed={a.pid: killed_at})
     assert {report.final[j][0] for j in expected} == {"succeeded"}
-    runs = oracle.read_runs(runs_log)
+    runs = read_runs(runs_log)
     assert peak_overlap(runs, {a.pid: killed_at}) == 1, "two of one lane ran at once"
     # The head again (its retry keeps its place), then the rest in enqueue order.
     order = [r.job_id for r in sorted(runs, key=lambda r: r.t) if r.event == "start"]

@@ -17,8 +17,11 @@ import json
 import signal
 from pathlib import Path
 
+from tests.harness import Run, Sql, Workers, read_runs
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import NAMESPACE, Sql, WorkerFactory, all_terminal, wait_for
+from .conftest import NAMESPACE, all_terminal
 
 APP = ("--app", "tests.faults.app_blocking:acta")
 BLOCK = 6.0
@@ -39,12 +42,12 @@ def insert_batch(sql: Sql, jobs: list[tuple[str, dict[str, object]]]) -> list[in
     return sorted(int(r[0]) for r in rows)
 
 
-def started(runs_log: Path, job: int) -> list[oracle.Run]:
-    return [r for r in oracle.read_runs(runs_log) if r.job_id == job and r.event == "start"]
+def started(runs_log: Path, job: int) -> list[Run]:
+    return [r for r in read_runs(runs_log) if r.job_id == job and r.event == "start"]
 
 
 def test_a_blocked_loop_keeps_its_jobs_and_fails_none(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     blocked = workers(*APP)
     # One statement: the one worker claims the whole batch in one call, so the innocent
@@ -76,7 +79,7 @@ def test_a_blocked_loop_keeps_its_jobs_and_fails_none(
 
 
 def test_a_loop_that_never_comes_back_lets_its_job_go_after_the_timeout(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     stuck = workers(*APP)
     [job] = insert_batch(sql, [("blocks_loop_in", {"pid": stuck.pid, "seconds": 3600})])
@@ -106,7 +109,7 @@ def test_a_loop_that_never_comes_back_lets_its_job_go_after_the_timeout(
 
 
 def test_a_worker_marked_dead_that_turns_out_alive_registers_again(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     """A whole process frozen (SIGSTOP: the lifeline thread stops too) past the worker-dead
     limit is marked dead by the other worker's recovery. When it thaws, its first

@@ -5,23 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.harness import Sql, Workers
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import (
-    SLOW_POLL,
-    Sql,
-    WorkerFactory,
-    all_terminal,
-    count_status,
-    enqueue,
-    pickup_latencies,
-    wait_for,
-)
+from .conftest import SLOW_POLL, all_terminal, count_status, enqueue, pickup_latencies
 
 ROLES = ("claim", "complete", "heartbeat", "listen", "admin")
 
 
 def test_terminating_each_connection_role_during_a_drain(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     w = workers(env=SLOW_POLL)
     ids: list[int] = []
@@ -52,7 +46,7 @@ def test_terminating_each_connection_role_during_a_drain(
     assert w.alive(), w.output()
 
 
-def test_every_connection_role_names_its_worker(sql: Sql, workers: WorkerFactory) -> None:
+def test_every_connection_role_names_its_worker(sql: Sql, workers: Workers) -> None:
     """An operator finds (and a test kills) one worker's connection of one role by its
     application_name 'acta:<role>:<worker id>' (listen included)."""
     w = workers()

@@ -27,12 +27,12 @@ from acta_sqla.worker.claimer import Claimer
 from acta_sqla.worker.executor import Executor
 from acta_sqla.worker.inflight import Entry, EntryState
 from acta_sqla.worker.recovery import run_recovery
-from tests.harness import RUNS_LOG_VAR
+from tests.harness import RUNS_LOG_VAR, Sql, Workers, read_runs
 from tests.waiting import until
 
 from . import oracle
 from .app import acta
-from .conftest import NAMESPACE, Sql, WorkerFactory, enqueue
+from .conftest import NAMESPACE, enqueue
 
 
 def settings(url: str, **overrides: Any) -> ActaSettings:
@@ -124,7 +124,7 @@ async def test_sigterm_hands_claimed_but_unstarted_rows_back_uncharged_at_once(
     )
     assert rows == [("ready", 0, True, None, None)] * 3
     assert sql("SELECT count(*) FROM acta.execution") == [(0,)]
-    assert oracle.read_runs(log_runs) == []
+    assert read_runs(log_runs) == []
     assert sql("SELECT status FROM acta.worker") == [("stopped",)]
     returns = [c for c in oracle.read_changes(sql) if c.old == "executing"]
     assert sorted((c.job_id, c.new, c.attempts, c.lease_expired) for c in returns) == [
@@ -210,14 +210,14 @@ async def test_failing_completion_writes_are_retried_never_dropped_and_pause_cla
 
 
 async def test_the_real_180s_lease_verified_by_backdating(
-    faults_db: str, sql: Sql, workers: WorkerFactory, log_runs: Path
+    faults_db: str, sql: Sql, workers: Workers, log_runs: Path
 ) -> None:
     """The default clock (heartbeat 45 s): lease 180 s, attempt deadline 112.5 s, recovery
     every 180 s, worker dead after 315 s. Nothing waits for them: the test reads them back
     and backdates ``lease_expires_at``, ``recovery_due_at`` and ``heartbeat_at``."""
     a = workers(env={"ACTA_HEARTBEAT_INTERVAL": "45"})
     [job] = enqueue(sql, "slow_in", args=json.dumps({"pid": a.pid, "slow": 600}))
-    await until(lambda: oracle.read_runs(log_runs), 30, "A's handler to start")
+    await until(lambda: read_runs(log_runs), 30, "A's handler to start")
     [(lease, started_at)] = sql(
         "SELECT extract(epoch FROM lease_expires_at - claimed_at)::float8, started_at "
         "FROM acta.job WHERE id = %s",
@@ -264,7 +264,7 @@ async def test_the_real_180s_lease_verified_by_backdating(
         # moves the lease 180 s on, and re-arms the deadline 112.5 s from the renewal.
         [long_job] = enqueue(sql, "slow_in", args=json.dumps({"pid": os.getpid(), "slow": 600}))
         await until(
-            lambda: [r for r in oracle.read_runs(log_runs) if r.job_id == long_job],
+            lambda: [r for r in read_runs(log_runs) if r.job_id == long_job],
             15,
             "B's handler to start",
         )
@@ -321,7 +321,7 @@ async def test_a_renewal_answered_as_the_attempt_deadline_fires_keeps_the_worker
     await started(worker, task)
     assert worker.store is not None
     [job] = enqueue(sql, "slow_in", args=json.dumps({"pid": os.getpid(), "slow": 60}))
-    await until(lambda: oracle.read_runs(log_runs), 10, "the handler to start")
+    await until(lambda: read_runs(log_runs), 10, "the handler to start")
     [entry] = list(worker.registry)
     real = worker.store.heartbeat
     staged: list[float] = []
@@ -352,7 +352,7 @@ async def test_a_renewal_answered_as_the_attempt_deadline_fires_keeps_the_worker
         # The attempt's deadline fired: the handler is cancelled (its row is still this
         # worker's, so the attempt is written as failed and retried). The worker lives on.
         await until(
-            lambda: [r for r in oracle.read_runs(log_runs) if r.event == "cancel"],
+            lambda: [r for r in read_runs(log_runs) if r.event == "cancel"],
             5,
             "the handler to be cancelled at its deadline",
         )

@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 
 from acta_sqla import migrate
+from tests.harness import SqlRunner, read_runs
+from tests.waiting import wait_for
 
 from . import oracle
 from .cluster import PrivateCluster
-from .conftest import all_terminal, enqueue, make_workers, running_cluster, stop_all, wait_for
-from .test_restart import Resilient
+from .conftest import all_terminal, enqueue, make_workers, running_cluster
 
 
 @pytest.fixture
@@ -44,8 +45,8 @@ def test_a_claim_lost_in_a_crash_never_lets_two_handlers_run_one_job_at_once(
     url = crash_cluster.create_database("acta_crash")
     migrate.upgrade(url)
     oracle.install(url)
-    sql = Resilient(url)
-    start, started = make_workers(url, sql, runs_log, tmp_path)
+    sql = SqlRunner(url, reconnect=True)
+    start = make_workers(url, sql, runs_log, tmp_path)
     try:
         sql("ALTER SYSTEM SET wal_writer_delay = '10s'")
         sql("SELECT pg_reload_conf()")
@@ -61,7 +62,7 @@ def test_a_claim_lost_in_a_crash_never_lets_two_handlers_run_one_job_at_once(
             json.dumps({"pid": a.pid, "slow": 4, "fast": 4}),
         )
         [a_run] = wait_for(  # type: ignore[misc]
-            lambda: [r for r in oracle.read_runs(runs_log) if r.job_id == job],
+            lambda: [r for r in read_runs(runs_log) if r.job_id == job],
             10,
             "A's handler to start",
         )
@@ -76,12 +77,12 @@ def test_a_claim_lost_in_a_crash_never_lets_two_handlers_run_one_job_at_once(
             60,
             "the job to finish",
         )
-        runs = [r for r in oracle.read_runs(runs_log) if r.job_id == job]
+        runs = [r for r in read_runs(runs_log) if r.job_id == job]
         assert [r.pid for r in runs if r.event == "start"] == [a.pid], "only A ran the job"
-        assert not [r for r in oracle.read_runs(runs_log) if r.pid == b.pid and r.job_id == job]
+        assert not [r for r in read_runs(runs_log) if r.pid == b.pid and r.job_id == job]
         [(result,)] = sql("SELECT result FROM acta.job WHERE id = %s", job)
         assert result["pid"] == a.pid, "A's completion landed after the restart"
         oracle.check(sql, runs_log, attempts=1, max_starts=1)
     finally:
-        stop_all(started)
+        start.kill_all()
         sql.close()

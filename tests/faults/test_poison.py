@@ -24,8 +24,11 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from tests.harness import Sql, WorkerProcess, Workers, read_runs
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import Sql, Worker, WorkerFactory, all_terminal, enqueue, wait_for
+from .conftest import all_terminal, enqueue
 
 QUICK = 300
 POISON_BUDGET = 6
@@ -37,9 +40,7 @@ def charged_losses(sql: Sql) -> dict[int, list[tuple[int, bool]]]:
     """Per job, each loss recovery recorded: (execution id, charged). Read from the oracle's
     status log (a trigger outside the code under test): a loss is charged when the row
     left ``executing`` with its lease run out and kept the attempt the claim counted."""
-    per_job: dict[int, list[oracle.Change]] = defaultdict(list)
-    for c in oracle.read_changes(sql):
-        per_job[c.job_id].append(c)
+    per_job = oracle.by_job(oracle.read_changes(sql))
     out: dict[int, list[tuple[int, bool]]] = defaultdict(list)
     for job, changes in per_job.items():
         claimed_attempts = None
@@ -53,13 +54,13 @@ def charged_losses(sql: Sql) -> dict[int, list[tuple[int, bool]]]:
 
 
 def test_a_worker_killing_job_fails_alone_and_its_batch_mates_are_never_charged(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     first = enqueue(sql, "quick", QUICK // 2, max_attempts=3)
     [poison] = enqueue(sql, "exits_worker", max_attempts=POISON_BUDGET)
     quick = first + enqueue(sql, "quick", QUICK - QUICK // 2, max_attempts=3)
 
-    def start() -> Worker:
+    def start() -> WorkerProcess:
         return workers("--executors", "8", ready=False)
 
     running = [start() for _ in range(WORKERS)]
@@ -92,7 +93,7 @@ def test_a_worker_killing_job_fails_alone_and_its_batch_mates_are_never_charged(
     assert status == "failed", (status, attempts, error)
     assert attempts == POISON_BUDGET
     assert "alone" in error and f"attempt {POISON_BUDGET} of {POISON_BUDGET}" in error, error
-    poison_starts = [r for r in oracle.read_runs(runs_log) if r.job_id == poison]
+    poison_starts = [r for r in read_runs(runs_log) if r.job_id == poison]
     assert len(poison_starts) == len(deaths), "every start of the poison job killed its worker"
     # Its first crash took a batch down, uncharged; from then on it ran alone, charged.
     assert len(deaths) == POISON_BUDGET + 1

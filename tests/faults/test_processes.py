@@ -10,12 +10,15 @@ from pathlib import Path
 
 import psycopg
 
+from tests.harness import Run, Sql, WorkerProcess, Workers, read_runs
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import Sql, Worker, WorkerFactory, all_terminal, enqueue, wait_for
+from .conftest import all_terminal, enqueue
 
 
-def runs_of(path: Path, job: int, event: str = "start") -> list[oracle.Run]:
-    return [r for r in oracle.read_runs(path) if r.job_id == job and r.event == event]
+def runs_of(path: Path, job: int, event: str = "start") -> list[Run]:
+    return [r for r in read_runs(path) if r.job_id == job and r.event == event]
 
 
 def transitions(sql: Sql, job: int) -> list[tuple[str | None, str, int, bool]]:
@@ -41,7 +44,7 @@ def started_in_database(sql: Sql, job: int) -> bool:
     return bool(sql("SELECT started_at IS NOT NULL FROM acta.job WHERE id = %s", job)[0][0])
 
 
-def between_beats(sql: Sql, worker: Worker) -> bool:
+def between_beats(sql: Sql, worker: WorkerProcess) -> bool:
     """The worker's last beat committed 150-300 ms ago (beats come every 500 ms)."""
     [(age,)] = sql(
         "SELECT extract(epoch FROM now() - heartbeat_at)::float8 FROM acta.worker WHERE id = %s",
@@ -51,7 +54,7 @@ def between_beats(sql: Sql, worker: Worker) -> bool:
 
 
 def test_sigkill_mid_handler_another_worker_completes_one_attempt_charged(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     a = workers()
     [job] = enqueue(sql, "slow_in", args=json.dumps({"pid": a.pid, "slow": 60}))
@@ -80,7 +83,7 @@ def test_sigkill_mid_handler_another_worker_completes_one_attempt_charged(
 
 
 def test_sigkill_before_the_first_beat_is_recovered_uncharged(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     """Recovery charges an attempt only if the database knew it had started. A worker
     killed between its claim and its first renewal leaves started_at NULL: uncharged."""
@@ -100,7 +103,7 @@ def test_sigkill_before_the_first_beat_is_recovered_uncharged(
 
 
 def test_sigstop_past_the_lease_then_sigcont_the_stale_attempt_changes_nothing(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     a = workers()
     [job] = enqueue(sql, "slow_in", args=json.dumps({"pid": a.pid, "slow": 60, "fast": 3}))
@@ -160,7 +163,7 @@ def test_sigstop_past_the_lease_then_sigcont_the_stale_attempt_changes_nothing(
 
 
 def test_a_job_that_kills_its_worker_ends_failed_after_its_budget(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     """``exits_worker`` (max_attempts=1) calls os._exit before any renewal. The first loss is
     uncharged (it never started, as far as the database knows); a second unstarted loss of
@@ -191,7 +194,7 @@ def test_a_job_that_kills_its_worker_ends_failed_after_its_budget(
 
 
 def test_sigterm_while_a_claim_is_in_flight_strands_nothing(
-    sql: Sql, faults_db: str, workers: WorkerFactory, runs_log: Path
+    sql: Sql, faults_db: str, workers: Workers, runs_log: Path
 ) -> None:
     """Claimed-but-unstarted rows cannot be produced at will with real processes: a claim
     takes rows only for free executors, and the claimer waits until the executors have

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.harness import Sql, Workers
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import Sql, WorkerFactory, all_terminal, enqueue, wait_for
+from .conftest import all_terminal, enqueue
 
 
-def test_four_workers_race_over_5000_jobs(sql: Sql, workers: WorkerFactory, runs_log: Path) -> None:
+def test_four_workers_race_over_5000_jobs(sql: Sql, workers: Workers, runs_log: Path) -> None:
     ids = enqueue(sql, "quick", 5000)
     racing = [workers(ready=False) for _ in range(4)]
     wait_for(lambda: all_terminal(sql, len(ids)), 120, "5,000 jobs to finish")

@@ -13,20 +13,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.harness import Sql, Workers, read_runs
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import NAMESPACE, Sql, WorkerFactory, enqueue, wait_for
+from .conftest import NAMESPACE, enqueue
 
 SHORT_LEASE = 2.0  # ACTA_HEARTBEAT_INTERVAL=0.5: four beats
 
 
 def started(runs_log: Path, job: int, pid: int) -> bool:
-    return any(
-        r.job_id == job and r.pid == pid and r.event == "start" for r in oracle.read_runs(runs_log)
-    )
+    return any(r.job_id == job and r.pid == pid and r.event == "start" for r in read_runs(runs_log))
 
 
 def test_a_short_lease_is_recovered_within_a_lease_after_a_long_worker_took_the_pass(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     long = workers("--executors", "1", env={"ACTA_HEARTBEAT_INTERVAL": "45"})
     # Keep the 45 s worker's one executor busy, so that the job under test runs in A.

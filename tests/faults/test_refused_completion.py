@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from . import oracle
-from .conftest import Sql, WorkerFactory, enqueue, wait_for
+from tests.harness import Sql, Workers, read_runs
+from tests.waiting import wait_for
+
+from .conftest import enqueue
 
 REFUSE = """
 CREATE TABLE acta_test_refuse (refuse boolean NOT NULL);
@@ -52,12 +54,12 @@ def refusing(sql: Sql) -> Iterator[None]:
 
 
 def test_a_completion_refused_with_42501_repeats_until_it_lands(
-    sql: Sql, workers: WorkerFactory, runs_log: Path, refusing: None
+    sql: Sql, workers: Workers, runs_log: Path, refusing: None
 ) -> None:
     w = workers()
     [job] = enqueue(sql, "quick")
     wait_for(
-        lambda: [r for r in oracle.read_runs(runs_log) if r.job_id == job and r.event == "end"],
+        lambda: [r for r in read_runs(runs_log) if r.job_id == job and r.event == "end"],
         what="the handler to succeed",
     )
     # Refused at least twice (the first try and one repeat): the finalizer keeps the row,
@@ -84,5 +86,5 @@ def test_a_completion_refused_with_42501_repeats_until_it_lands(
     ]
     assert "CompletionRefused" not in w.output()
     assert "42501" in w.output() or "permission denied" in w.output()
-    runs = [r for r in oracle.read_runs(runs_log) if r.job_id == job and r.event == "start"]
+    runs = [r for r in read_runs(runs_log) if r.job_id == job and r.event == "start"]
     assert len(runs) == 1

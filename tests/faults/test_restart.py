@@ -18,37 +18,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.harness import Sql, SqlRunner
+from tests.waiting import wait_for
+
 from . import oracle
 from .cluster import PrivateCluster
-from .conftest import SLOW_POLL, Sql, enqueue, make_workers, pickup_latencies, stop_all, wait_for
-
-
-class Resilient:
-    """``sql`` for a database that restarts under the test: reconnects as needed; while the
-    server is down a call raises ``psycopg.OperationalError`` (see :func:`down_is_false`)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn: psycopg.Connection | None = None
-
-    def __call__(self, query: str, *params: object) -> list[tuple[Any, ...]]:
-        for attempt in (1, 2):
-            try:
-                if self.conn is None or self.conn.closed:
-                    self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
-                cur = self.conn.execute(query, params)
-                return cur.fetchall() if cur.description else []
-            except psycopg.OperationalError:
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+from .conftest import SLOW_POLL, enqueue, make_workers, pickup_latencies
 
 
 def down_is_false(sql: Sql, query: str, *params: object) -> list[tuple[Any, ...]]:
@@ -59,8 +34,8 @@ def down_is_false(sql: Sql, query: str, *params: object) -> list[tuple[Any, ...]
 
 
 @pytest.fixture
-def private_sql(private_db: str) -> Iterator[Resilient]:
-    sql = Resilient(private_db)
+def private_sql(private_db: str) -> Iterator[SqlRunner]:
+    sql = SqlRunner(private_db, reconnect=True)
     yield sql
     sql.close()
 
@@ -70,12 +45,12 @@ def test_database_restart_mid_drain(
     mode: str,
     private_cluster: PrivateCluster,
     private_db: str,
-    private_sql: Resilient,
+    private_sql: SqlRunner,
     runs_log: Path,
     tmp_path: Path,
 ) -> None:
     sql: Sql = private_sql
-    start, started = make_workers(private_db, sql, runs_log, tmp_path)
+    start = make_workers(private_db, sql, runs_log, tmp_path)
     try:
         w = start(env=SLOW_POLL)
         total = 3000
@@ -121,7 +96,7 @@ def test_database_restart_mid_drain(
         w.signal(signal.SIGTERM)
         assert w.wait(30) == 0
     finally:
-        stop_all(started)
+        start.kill_all()
     assert resumed < 30
     report = oracle.check(
         sql,

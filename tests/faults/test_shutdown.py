@@ -8,8 +8,10 @@ import signal
 import time
 from pathlib import Path
 
-from . import oracle
-from .conftest import Sql, WorkerFactory, enqueue, wait_for
+from tests.harness import Sql, Workers, read_runs
+from tests.waiting import wait_for
+
+from .conftest import enqueue
 
 GRACE = 1.0
 BOUND = 15.0
@@ -17,13 +19,13 @@ BOUND = 15.0
 
 
 def test_one_sigterm_exits_past_a_handler_that_ignores_its_cancel(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     worker = workers("--grace", str(GRACE))
     [stubborn] = enqueue(sql, "ignores_cancel")
     [innocent] = enqueue(sql, "quick", args='{"pause": 0.2}')
     wait_for(
-        lambda: any(r.job_id == stubborn for r in oracle.read_runs(runs_log)),
+        lambda: any(r.job_id == stubborn for r in read_runs(runs_log)),
         what="the stubborn handler to start",
     )
     wait_for(

@@ -20,8 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import Sql, WorkerProcess, Workers
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import Sql, Worker, WorkerFactory, all_terminal, count_status, enqueue, wait_for
+from .conftest import all_terminal, count_status, enqueue
 
 ROLES = ("claim", "complete", "heartbeat", "listen")
 
@@ -35,13 +38,13 @@ def hold(seconds: float) -> None:
 @pytest.mark.soak
 @pytest.mark.timeout(1800)
 def test_random_kills_stops_terms_and_dropped_connections_over_a_long_drain(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     seed = int(os.environ.get("ACTA_SOAK_SEED", time.time_ns() % 1_000_000))
     seconds = float(os.environ.get("ACTA_SOAK_SECONDS", "120"))
     print(f"soak seed {seed}, {seconds:g}s of faults")
     rng = random.Random(seed)
-    pool: list[Worker] = [workers() for _ in range(3)]
+    pool: list[WorkerProcess] = [workers() for _ in range(3)]
     killed: dict[int, float] = {}
     faults: list[str] = []
     ids: list[int] = []

@@ -15,22 +15,25 @@ import signal
 import time
 from pathlib import Path
 
+from tests.harness import Run, Sql, Workers, read_runs
+from tests.waiting import wait_for
+
 from . import oracle
-from .conftest import Sql, WorkerFactory, all_terminal, enqueue, wait_for
+from .conftest import all_terminal, enqueue
 
 APP = ("--app", "tests.faults.app_sync:acta")
 SLEEP = 3.0
 """The first attempt's run: three times its 1 s timeout, past one lease of 2 s."""
 
 
-def ended(runs_log: Path, job: int) -> list[oracle.Run]:
+def ended(runs_log: Path, job: int) -> list[Run]:
     """The job's runs once every start has its end (else [])."""
-    runs = [r for r in oracle.read_runs(runs_log) if r.job_id == job]
+    runs = [r for r in read_runs(runs_log) if r.job_id == job]
     events = [r.event for r in runs]
     return runs if events.count("start") == events.count("end") else []
 
 
-def overlapping(runs: list[oracle.Run]) -> list[tuple[int, int]]:
+def overlapping(runs: list[Run]) -> list[tuple[int, int]]:
     """Pairs of executions whose runs overlapped in time, from the handlers' own log."""
     spans: dict[int, list[float]] = {}
     for r in runs:
@@ -45,7 +48,7 @@ def overlapping(runs: list[oracle.Run]) -> list[tuple[int, int]]:
 
 
 def test_a_sync_handler_past_its_timeout_never_overlaps_its_retry(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     worker = workers(*APP)
     [job] = enqueue(sql, "overruns", args=f'{{"seconds": {SLEEP}}}')
@@ -73,7 +76,7 @@ def test_a_sync_handler_past_its_timeout_never_overlaps_its_retry(
 
 
 def test_a_thread_that_never_returns_lets_its_job_go_after_the_cap(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     """Bounded: the row is renewed for the kind's timeout plus one lease after the stop
     (1 + 2 s), then let go; recovery takes it back once its lease ran out, and the retry
@@ -82,7 +85,7 @@ def test_a_thread_that_never_returns_lets_its_job_go_after_the_cap(
     [job] = enqueue(sql, "overruns", args='{"seconds": 3600}')
 
     wait_for(lambda: all_terminal(sql, 1), 60, "the job to be let go and run again")
-    runs = [r for r in oracle.read_runs(runs_log) if r.job_id == job]
+    runs = [r for r in read_runs(runs_log) if r.job_id == job]
     first, second = (r for r in runs if r.event == "start")
     assert (first.attempt, second.attempt, first.pid, second.pid) == (1, 2, worker.pid, worker.pid)
     # Stop at 1 s, renewed 3 s more, then the 2 s lease: not before 1 + 3 + 2 s.
@@ -98,7 +101,7 @@ def test_a_thread_that_never_returns_lets_its_job_go_after_the_cap(
 
 
 def test_a_worker_stops_past_a_sync_handler_that_never_returns(
-    sql: Sql, workers: WorkerFactory, runs_log: Path
+    sql: Sql, workers: Workers, runs_log: Path
 ) -> None:
     """One SIGTERM ends the worker within its grace plus the forced-stop wait, past a sync
     handler (30 s timeout) that ignores the request to stop. No completion is written for
@@ -106,7 +109,7 @@ def test_a_worker_stops_past_a_sync_handler_that_never_returns(
     the thread runs on): the row comes back through recovery once its lease runs out."""
     stopping = workers(*APP, "--grace", "1")
     [job] = enqueue(sql, "hangs", args='{"seconds": 3600}')
-    wait_for(lambda: oracle.read_runs(runs_log), 30, "the handler to start")
+    wait_for(lambda: read_runs(runs_log), 30, "the handler to start")
     signalled = time.monotonic()
     stopping.signal(signal.SIGTERM)
     assert stopping.wait(40) == 0, stopping.output()
