@@ -37,6 +37,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Retry": (".errors", "Retry"),
     "UnknownJobKind": (".errors", "UnknownJobKind"),
     "Worker": (".models", "Worker"),
+    "Child": (".waits", "Child"),
+    "InvalidSignal": (".errors", "InvalidSignal"),
+    "JobFinished": (".errors", "JobFinished"),
+    "JobNotFound": (".errors", "JobNotFound"),
+    "WaitForChildren": (".waits", "WaitForChildren"),
+    "WaitForSignal": (".waits", "WaitForSignal"),
     "engine_options": (".database", "engine_options"),
 }
 
@@ -45,6 +51,7 @@ __all__ = [
     "ActaError",
     "ActaSettings",
     "Cancel",
+    "Child",
     "ConfigurationError",
     "Context",
     "DuplicateJob",
@@ -54,8 +61,11 @@ __all__ = [
     "Handler",
     "InvalidJob",
     "InvalidJobArgs",
+    "InvalidSignal",
     "Job",
     "JobBatch",
+    "JobFinished",
+    "JobNotFound",
     "JobStatus",
     "LockUnavailable",
     "PayloadTooLarge",
@@ -63,6 +73,8 @@ __all__ = [
     "Rate",
     "Retry",
     "UnknownJobKind",
+    "WaitForChildren",
+    "WaitForSignal",
     "Worker",
     "__version__",
     "engine_options",
@@ -79,6 +91,9 @@ if TYPE_CHECKING:
     from .errors import Fail as Fail
     from .errors import InvalidJob as InvalidJob
     from .errors import InvalidJobArgs as InvalidJobArgs
+    from .errors import InvalidSignal as InvalidSignal
+    from .errors import JobFinished as JobFinished
+    from .errors import JobNotFound as JobNotFound
     from .errors import LockUnavailable as LockUnavailable
     from .errors import PayloadTooLarge as PayloadTooLarge
     from .errors import Retry as Retry
@@ -93,6 +108,9 @@ if TYPE_CHECKING:
     from .policy import Rate as Rate
     from .session import EnqueueResult as EnqueueResult
     from .settings import ActaSettings as ActaSettings
+    from .waits import Child as Child
+    from .waits import WaitForChildren as WaitForChildren
+    from .waits import WaitForSignal as WaitForSignal
 
 
 def __getattr__(name: str) -> Any:

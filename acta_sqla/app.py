@@ -154,3 +154,19 @@ class Acta:
         """Send a finished job (succeeded, failed or cancelled) back to ``ready`` now with a
         fresh failure budget; False when the job is not finished (or does not exist)."""
         return await session.run_sync(lambda s: _session.retry(s, job_id))
+
+    async def signal(
+        self, session: AsyncSession, job_id: int, name: str, payload: Any = None
+    ) -> str:
+        """Send signal ``name`` (with a JSON ``payload``) to job ``job_id``, in the session's
+        transaction. When it commits, a job waiting for that name (``WaitForSignal``) becomes
+        ready at once and its next run sees ``ctx.signals[name] == payload``; a job not yet
+        waiting keeps the signal, and a later wait for the name is satisfied at once.
+        Answers the job's status after the signal (``ready`` if it woke it). Raises
+        ``JobNotFound`` or ``JobFinished`` (nothing changed) for a missing or finished job,
+        ``InvalidSignal`` for a bad name or payload."""
+        return await session.run_sync(lambda s: _session.signal(s, job_id, name, payload))
+
+    def signal_sync(self, session: Session, job_id: int, name: str, payload: Any = None) -> str:
+        """``signal`` for a synchronous ``Session``."""
+        return _session.signal(session, job_id, name, payload)

@@ -27,6 +27,16 @@ class Context:
     execution_id: int
     namespace: str
     worker_id: int | None = None
+    resumed: str | None = None
+    """Why this run follows a durable wait: ``"signal"`` (the awaited signal came),
+    ``"timeout"`` (it did not, in time), ``"children"`` (every child finished); None if the
+    job never left a wait. It stays set on the retries that follow, until the job waits
+    again (docs/waits.md)."""
+    children: tuple[Any, ...] = ()
+    """The children of this job's waits, in spawn order (``acta_sqla.waits.Child``: ``id``,
+    ``kind``, ``status``, ``result``, ``error``); empty for a job that spawned none."""
+    signals_json: str | None = field(default=None, repr=False)
+    _signals: dict[str, Any] | None = field(default=None, repr=False)
     _log: Any = field(default=None, repr=False)
     _locker: Any = field(default=None, repr=False)
     _args: dict[str, Any] | None = field(default=None, repr=False)
@@ -53,6 +63,14 @@ class Context:
         if self._args is None:
             self._args = json.loads(self.args_json)
         return self._args
+
+    @property
+    def signals(self) -> dict[str, Any]:
+        """Every signal the job has received so far, by name, with its payload (the same
+        name sent twice keeps the later payload)."""
+        if self._signals is None:
+            self._signals = json.loads(self.signals_json) if self.signals_json else {}
+        return self._signals
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractAsyncContextManager[None]:
         """Hold the named lock for the block: exclusive within this namespace (across every

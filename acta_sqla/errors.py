@@ -47,6 +47,30 @@ class DuplicateJob(ActaError):
         )
 
 
+class JobNotFound(ActaError):
+    """No job has this id (it never existed, or finished and was pruned)."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id}")
+
+
+class JobFinished(ActaError):
+    """The job has already reached a terminal state: there is nothing left to signal."""
+
+    def __init__(self, job_id: int, status: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(
+            f"job {job_id} has already finished ({status}); a signal reaches only a ready, "
+            "executing or waiting job"
+        )
+
+
+class InvalidSignal(ActaError):
+    """A signal's name or payload cannot be stored (the message says which and why)."""
+
+
 class DatabaseUnavailable(ActaError):
     """The database could not be reached."""
 

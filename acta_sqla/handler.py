@@ -163,8 +163,8 @@ class Handler(Generic[P, R]):
 
     def job(self, **kwargs: Any) -> Job:
         """A ``Job`` for these args, validated now; per-job options (``delay``, ``run_at``,
-        ``priority``, ``max_attempts``, ``unique_key``, ``lane``, ``concurrency_key``,
-        ``parent``) may be given beside the args."""
+        ``priority``, ``max_attempts``, ``unique_key``, ``lane``, ``concurrency_key``)
+        may be given beside the args."""
         from .models import Job
 
         options = job_options(
@@ -189,8 +189,6 @@ class Handler(Generic[P, R]):
             fields["rate_key"] = (
                 render_key(policy.rate_key, args, "rate_key", self.kind) or self.kind
             )
-        if options.get("parent") is not None:
-            fields["parent_id"] = options["parent"]
         if "run_at" in options:
             fields["run_at"] = options["run_at"]
         return Job(kind=self.kind, args=args, delay=options.get("delay"), **fields)
@@ -198,7 +196,7 @@ class Handler(Generic[P, R]):
     def jobs(self, args: Iterable[Mapping[str, Any]], **options: Any) -> JobBatch:
         """Many jobs of this kind, validated in one pass, for ``acta.enqueue_many``: the fast
         way to enqueue thousands (no ORM object per job). ``options`` (``delay``,
-        ``run_at``, ``priority``, ``max_attempts``, ``parent``) apply to every job; key
+        ``run_at``, ``priority``, ``max_attempts``) apply to every job; key
         templates of the kind's policy are rendered per job."""
         per_job = _PER_JOB_KEYS & set(options)
         if per_job:
@@ -247,7 +245,6 @@ class Handler(Generic[P, R]):
             run_at=parsed.get("run_at"),
             delay=parsed.get("delay"),
             max_attempts=parsed.get("max_attempts"),
-            parent_id=parsed.get("parent"),
             unique_keys=keys(policy.unique_key, "unique_key"),
             lane_keys=keys(policy.lane, "lane"),
             concurrency_keys=keys(policy.concurrency_key, "concurrency_key"),
@@ -270,7 +267,6 @@ class JobBatch:
     run_at: datetime | None = None
     delay: float | None = None
     max_attempts: int | None = None
-    parent_id: int | None = None
     unique_keys: list[str | None] | None = None
     lane_keys: list[str | None] | None = None
     concurrency_keys: list[str | None] | None = None
@@ -294,6 +290,5 @@ class JobBatch:
             "rate_key": self.rate_keys or none,
             "lane_key": self.lane_keys or none,
             "unique_key": self.unique_keys or none,
-            "parent_id": [self.parent_id] * n,
             "ord": list(range(1, n + 1)),
         }

@@ -125,6 +125,9 @@ class Job(Base):
     pending_children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     awaited_signal: Mapped[str | None] = mapped_column(Text)
     signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    resumed: Mapped[str | None] = mapped_column(Text)
+    """Why the job last left a durable wait (``signal``, ``timeout``, ``children``): the
+    next runs see it as ``ctx.resumed``; a new wait clears it (docs/waits.md)."""
     """Signals received, by name: their payloads."""
 
     result: Mapped[Any | None] = mapped_column(JSONB)
@@ -212,6 +215,13 @@ class Job(Base):
             "id",
             postgresql_where=text("status = 'waiting' AND lane_key IS NOT NULL"),
         ),
+        # Signal waits by deadline: every heartbeat wakes those past it (migration 0007).
+        Index(
+            "job_wait_deadline_idx",
+            "namespace",
+            "run_at",
+            postgresql_where=text("status = 'waiting' AND awaited_signal IS NOT NULL"),
+        ),
         {"schema": SCHEMA},
     )
 
@@ -245,7 +255,7 @@ class Job(Base):
         args_json(self.kind or "job", value)
         return value
 
-    _COLUMN_RULES = {"lane_key": "lane", "parent_id": "parent", "rate_key": "unique_key"}
+    _COLUMN_RULES = {"lane_key": "lane", "rate_key": "unique_key"}
     """Columns checked by the rule of a job option of another name (a rate key is a key
     like a unique key)."""
 
@@ -261,6 +271,12 @@ class Job(Base):
     def _validate_field(self, key: str, value: Any) -> Any:
         if value is None and key != "priority":
             return value
+        if key == "parent_id":
+            raise InvalidJob(
+                f"{self.kind or 'job'}: parent_id is set by acta when a parent's handler "
+                "returns WaitForChildren([...]); a job cannot be given a parent by hand "
+                "(see docs/waits.md)"
+            )
         return job_option(self.kind or "job", key, value, check=self._COLUMN_RULES.get(key))
 
     def __repr__(self) -> str:

@@ -390,20 +390,6 @@ def _run_at(value: Any) -> datetime:
     return value
 
 
-def _parent(value: Any) -> int:
-    if not _is_int(value):
-        job_id = getattr(value, "id", None)
-        if job_id is None and hasattr(value, "id"):
-            raise Refused(
-                "is a job without an id yet; flush the session (await session.flush()) "
-                "before giving it as a parent"
-            )
-        value = job_id
-    if not _is_int(value) or not 1 <= value <= BIGINT_MAX:
-        raise Refused("must be a Job or a job id (an int >= 1)")
-    return int(value)
-
-
 JOB_OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "run_at": _run_at,
     "delay": _seconds(
@@ -417,10 +403,10 @@ JOB_OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "unique_key": _optional(check_key),
     "lane": _optional(check_key),
     "concurrency_key": _optional(check_key),
-    "parent": _optional(_parent),
 }
 """Every per-job option and its check; ``Job(...)`` columns use the same checks
-(``lane_key`` as ``lane``, ``parent_id`` as ``parent``)."""
+(``lane_key`` as ``lane``). ``parent_id`` is acta's own: set when a parent's handler
+returns ``WaitForChildren``, never by hand."""
 
 JOB_OPTIONS = frozenset(JOB_OPTION_CHECKS)
 """Keyword names that ``handler.job()`` takes as per-job options rather than args; a handler

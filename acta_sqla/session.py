@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .errors import InvalidJob
+from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound
 from .handler import JobBatch, Rows
+from .waits import MAX_SIGNAL_NAME
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -154,3 +155,42 @@ def retry(session: Session, job_id: int) -> bool:
     from . import queries
 
     return session.execute(queries.retry_job(job_id)).first() is not None
+
+
+def signal_payload(name: object, payload: object) -> str:
+    """The payload as stored (JSON text), after checking the name; ``InvalidSignal`` says
+    what is wrong."""
+    import json
+
+    if not isinstance(name, str) or not name or len(name) > MAX_SIGNAL_NAME:
+        raise InvalidSignal(
+            f"signal name must be a non-empty string of at most {MAX_SIGNAL_NAME} characters, "
+            f"got {name!r}"
+        )
+    try:
+        text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidSignal(
+            f"signal {name!r}: payload must be JSON (dict, list, str, int, float, bool or "
+            f"None): {exc}"
+        ) from None
+    if "\\u0000" in text:
+        raise InvalidSignal(
+            f"signal {name!r}: payload holds a NUL character, which PostgreSQL cannot store"
+        )
+    return text
+
+
+def signal(session: Session, job_id: int, name: str, payload: object = None) -> str:
+    """Record signal ``name`` with ``payload`` on job ``job_id`` in the caller's transaction
+    (see ``Acta.signal``); answers the job's status afterwards."""
+    from . import queries
+
+    text = signal_payload(name, payload)
+    row = session.execute(queries.signal_job(job_id, name, text)).first()
+    if row is not None:
+        return str(row[0])
+    found = session.execute(queries.job_status(job_id)).first()
+    if found is None:
+        raise JobNotFound(job_id)
+    raise JobFinished(job_id, str(found[0]))

@@ -438,6 +438,11 @@ class WorkerStore:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    async def children_of(self, job_id: int) -> str | None:
+        """``ctx.children`` of a run that follows a wait: the job's children as JSON."""
+        rows = await self.admission_conn.fetch(self.sql.children_of, job_id)
+        return rows[0][0] if rows else None
+
     async def release_lock(self, name: str, job_id: int, execution_id: int) -> None:
         await self.lock_conn.execute(
             self.sql.release_lock, self.namespace, name, job_id, execution_id

@@ -31,6 +31,8 @@ class ClaimedJob(NamedTuple):
     lane_key: str | None = None
     parent_id: int | None = None
     signals_json: str | None = None
+    resumed: str | None = None
+    """Why the job last left a durable wait (``ctx.resumed``), None if it never waited."""
     alone: bool = False
     """Claimed alone: a suspect (an earlier attempt was lost with its worker while the
     database did not know it had started). The claimer runs it with nothing else in flight
@@ -64,6 +66,8 @@ class Outcome(StrEnum):
     job ends ``failed`` whatever is left of its budget. Stored as ``fail``."""
     CANCELLED = "cancelled"
     """Cancelled on request (``raise Cancel`` or an operator's cancel)."""
+    WAITING = "waiting"
+    """Returned ``WaitForSignal`` or ``WaitForChildren``: parked ``waiting``, uncharged."""
     INTERRUPTED = "interrupted"
     """Stopped by the worker's forced shutdown: back to ``ready`` uncharged."""
     HANDBACK = "handback"
@@ -96,8 +100,9 @@ class Completion(NamedTuple):
     status: JobStatus
     """The job's next status."""
     attempt: int
-    delay: float = 0.0
-    """Seconds (database clock) before a ``ready`` job is due again."""
+    delay: float | None = 0.0
+    """Seconds (database clock) before a ``ready`` job is due again; for a ``waiting`` one,
+    until its wait times out (None: no timeout)."""
     refund: bool = False
     """Give the claim's count of this attempt back (hand-backs, interruptions, an unstarted
     loss): the attempt is not charged to the failure budget."""
@@ -119,6 +124,12 @@ class Completion(NamedTuple):
     ran_by: int | None = None
     """The worker that ran the attempt, when it is not the writer (recovery); None: the
     writing worker."""
+    awaited_signal: str | None = None
+    """A signal wait (status ``waiting``): the signal's name. If the job already received
+    it, the statement makes the job ``ready`` at once instead (no lost-signal race)."""
+    children: int | None = None
+    """A children wait (status ``waiting``): how many children ``features["children"]``
+    spawns; the job waits until that many have reached a terminal state."""
     features: Features | None = None
     """Sparse input of the statement's feature parts (not part of the core array)."""
 

@@ -38,6 +38,7 @@ _SUBMODULES = {
     "locks",
     "recovery",
     "session",
+    "waits",
     "worker",
     "workers",
 }

@@ -10,7 +10,7 @@ The statement is composed from named parts, each a CTE with its guard said besid
 * then one part per feature (:data:`FEATURE_PARTS`), each reading ``f`` joined to ``done``.
 
 Effects that must happen on EVERY way out of ``executing`` or into a terminal state (free
-the attempt's concurrency slots, hand a lane on; later, tell a parent) are NOT parts of
+the attempt's concurrency slots, hand a lane on, tell a waiting parent) are NOT parts of
 this statement: the ``job_terminal_effects`` trigger (migration 0003) runs them for this
 statement, for recovery and for the session's cancel alike.
 
@@ -47,6 +47,8 @@ CORE: tuple[tuple[str, str], ...] = (
     ("cancel_wins", "bool"),
     ("keep_last_error", "bool"),
     ("ran_by", "bigint"),
+    ("awaited_signal", "text"),
+    ("children", "int"),
 )
 """The core fields, in the order of ``Completion``'s fields (a unit test holds them equal):
 the positions ``e->>0 …`` are rendered from this list, never written by hand."""
@@ -88,6 +90,12 @@ planner checks it on each row found by primary key instead of scanning the lease
 and hashing it against the batch (tests/db/test_worker_sql.py checks the plan)."""
 
 
+SATISFIED = "(c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false))"
+"""A signal wait whose signal the job already received (while it was ready or executing):
+the job goes ``ready`` at once instead of waiting. Read from the row the finish locked, so
+a signal committed while the completion waited for the row lock is seen (no lost signal)."""
+
+
 def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> str:
     """``done``: each completion applied to its job. Guard: the row must still be
     'executing' under the same execution id, so a repeated or late write (another worker
@@ -101,12 +109,17 @@ def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> st
             UPDATE {s}.job AS j SET
                 -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
                 -- the row's cancel_requested is only known here.
-                status = CASE WHEN c.cancel_wins AND j.cancel_requested
-                              THEN 'cancelled' ELSE c.status END,
+                status = CASE WHEN c.cancel_wins AND j.cancel_requested THEN 'cancelled'
+                              WHEN {SATISFIED} THEN 'ready'
+                              ELSE c.status END,
                 attempts = CASE WHEN c.refund THEN j.attempts - 1 ELSE j.attempts END,
                 run_at = CASE WHEN c.status = 'ready'
                               THEN now() + make_interval(secs => c.delay)
-                              ELSE j.run_at END,
+                              WHEN c.status <> 'waiting' OR c.awaited_signal IS NULL
+                              THEN j.run_at
+                              WHEN {SATISFIED} THEN now()
+                              WHEN c.delay IS NULL THEN 'infinity'
+                              ELSE now() + make_interval(secs => c.delay) END,
                 result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                               ELSE j.result END,
                 last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
@@ -116,6 +129,15 @@ def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> st
                 finished_at = CASE WHEN c.status IN {TERMINAL}
                                      OR (c.cancel_wins AND j.cancel_requested)
                                    THEN now() END,
+                -- A durable wait (docs/waits.md): what it waits for, and why it next runs.
+                awaited_signal = CASE WHEN c.status = 'waiting' AND NOT {SATISFIED}
+                                           AND NOT (c.cancel_wins AND j.cancel_requested)
+                                      THEN c.awaited_signal END,
+                pending_children = CASE WHEN c.children IS NULL
+                                             OR (c.cancel_wins AND j.cancel_requested)
+                                        THEN j.pending_children ELSE c.children END,
+                resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
+                               WHEN {SATISFIED} THEN 'signal' END,
                 worker_id = NULL,
                 lease_expires_at = NULL{more}
             FROM c
@@ -163,11 +185,34 @@ class FeaturePart(NamedTuple):
     """The CTE's body for one schema."""
 
 
-FEATURE_PARTS: tuple[FeaturePart, ...] = ()
-"""The features the statement applies, in order. Next: the signal wait, children waits and
-spawns, a schedule's next fire (each fed by ``Completion.features``). A lane's hand-on is
-not one: it must follow every way to a terminal state, so it is a terminal effect (the
-trigger, migration 0006)."""
+def spawn_children(schema: str) -> str:
+    """``spawn``: the children of a parent that returned ``WaitForChildren``, inserted in
+    spawn order with ``parent_id`` set, in the same statement that parks the parent with
+    their count (``Completion.children``). Guard: only for a parent the fenced finish
+    applied AND left ``waiting`` (a cancel that won spawns nothing). Input:
+    ``f.features->'children'``, one object per child (``waits.child_row``)."""
+    s = quote(schema)
+    return f"""
+            INSERT INTO {s}.job (namespace, kind, args, priority, run_at, max_attempts,
+                                 concurrency_key, rate_key, lane_key, parent_id)
+            SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
+                   coalesce((x.v->>'priority')::smallint, 0),
+                   coalesce((x.v->>'run_at')::timestamptz,
+                            now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
+                   (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
+                   x.v->>'lane_key', d.id
+            FROM f
+            JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
+            CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
+                WITH ORDINALITY AS x(v, ord)
+            ORDER BY d.id, x.ord"""
+
+
+FEATURE_PARTS: tuple[FeaturePart, ...] = (FeaturePart("spawn", spawn_children),)
+"""The features the statement applies, in order: the children a parent waits for. (A signal
+wait needs no part: the finish itself parks the job, reading the row's ``signals``.) A
+lane's hand-on and a child telling its parent are not parts: they must follow every way to
+a terminal state, so they are terminal effects (the trigger, migrations 0006 and 0007)."""
 
 
 # ------------------------------------------------------------------------------ the statement

@@ -6,12 +6,15 @@ renders them once per worker. No SQLAlchemy here."""
 from __future__ import annotations
 
 from ._render import quote
+from .waits import wake_timed_out
 
 
 def heartbeat(schema: str) -> str:
     """The heartbeat: ONE statement renews the held (job, execution) pairs, records which
     attempts have started, refreshes the worker row, takes the namespace's recovery pass
-    when it is due, and reports the definitions version, as ONE row of named columns.
+    when it is due, wakes the namespace's signal waits past their deadline
+    (:func:`waits.wake_timed_out`), and reports the definitions version, as ONE row of
+    named columns.
     Rows locked by another transaction are skipped, not waited for: they show up among
     the present pairs but not the renewed ones, and keep their deadline for the next beat.
 
@@ -73,7 +76,8 @@ def heartbeat(schema: str) -> str:
             WHERE k.namespace = $1 AND k.name = l.name
               AND k.job_id = l.job_id AND k.execution_id = l.execution_id
             RETURNING k.name, k.job_id, k.execution_id
-        )
+        ),
+        {wake_timed_out(schema)}
         -- Parallel arrays, each ordered by its set's key so that they pair up.
         SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
                ARRAY(SELECT execution_id FROM renewed ORDER BY id) AS renewed_execution_ids,
@@ -88,4 +92,5 @@ def heartbeat(schema: str) -> str:
                (SELECT definitions_version FROM {s}.namespace WHERE name = $1)
                    AS definitions_version,
                EXISTS (SELECT 1 FROM recovery) AS recovery_due,
-               EXISTS (SELECT 1 FROM beat) AS worker_found"""
+               EXISTS (SELECT 1 FROM beat) AS worker_found,
+               (SELECT count(*) FROM woken) AS woken"""

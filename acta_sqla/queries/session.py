@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy import (
     ARRAY,
-    BigInteger,
     Double,
     Integer,
     Select,
@@ -45,7 +44,6 @@ _BULK_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("rate_key", Text),
     ("lane_key", Text),
     ("unique_key", Text),
-    ("parent_id", BigInteger),
 )
 
 
@@ -108,7 +106,6 @@ def insert_jobs_bulk() -> Any:
         "rate_key",
         "lane_key",
         "unique_key",
-        "parent_id",
     ]
     source = select(
         src.c.namespace,
@@ -121,7 +118,6 @@ def insert_jobs_bulk() -> Any:
         src.c.rate_key,
         src.c.lane_key,
         src.c.unique_key,
-        src.c.parent_id,
     ).order_by(src.c.ord)
     table = Job.__table__
     return (
@@ -148,7 +144,7 @@ def bulk_params(jobs: Sequence[Job]) -> dict[str, list[Any]]:
         params["run_at"].append(run_at.isoformat() if isinstance(run_at, datetime) else None)
         params["delay"].append(d.get("_delay_seconds"))
         params["max_attempts"].append(d.get("max_attempts"))
-        for name in ("concurrency_key", "rate_key", "lane_key", "unique_key", "parent_id"):
+        for name in ("concurrency_key", "rate_key", "lane_key", "unique_key"):
             params[name].append(d.get(name))
     params["ord"] = list(range(1, len(jobs) + 1))
     return params
@@ -212,4 +208,28 @@ def retry_job(job_id: int) -> Any:
             result=None,
         )
         .returning(Job.id)
+    )
+
+
+def signal_job(job_id: int, name: str, payload_json: str) -> Any:
+    """Record signal ``name`` (its payload as JSON text) on a ready, executing or waiting job;
+    a job waiting for that name becomes ready now (the NOTIFY trigger wakes a worker) with
+    ``resumed = 'signal'``. RETURNING the job's status afterwards (no row: the job is
+    finished or missing)."""
+    waiting_for_it = (Job.status == JobStatus.WAITING) & (Job.awaited_signal == name)
+    from sqlalchemy import case, literal
+
+    return (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(ACTIVE_STATUSES))
+        .values(
+            signals=func.coalesce(Job.signals, cast(literal("{}"), JSONB)).op("||")(
+                func.jsonb_build_object(name, cast(literal(payload_json, Text), JSONB))
+            ),
+            status=case((waiting_for_it, literal(JobStatus.READY.value)), else_=Job.status),
+            run_at=case((waiting_for_it, func.now()), else_=Job.run_at),
+            resumed=case((waiting_for_it, literal("signal")), else_=Job.resumed),
+            awaited_signal=case((waiting_for_it, None), else_=Job.awaited_signal),
+        )
+        .returning(Job.status)
     )

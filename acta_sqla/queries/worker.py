@@ -9,7 +9,17 @@ the statement itself. No SQLAlchemy here: a worker process never needs to load i
 from __future__ import annotations
 
 from ..settings import SCHEMA_VERSION_TABLE
-from . import admission, claim, complete, definitions, heartbeat, locks, recovery, workers
+from . import (
+    admission,
+    claim,
+    complete,
+    definitions,
+    heartbeat,
+    locks,
+    recovery,
+    waits,
+    workers,
+)
 
 
 class WorkerSQL:
@@ -32,6 +42,7 @@ class WorkerSQL:
         self.heartbeat = heartbeat.heartbeat(schema)
         self.take_lock = locks.take_lock(schema)
         self.admit = admission.admit(schema)
+        self.children_of = waits.children_of(schema)
         self.release_lock = locks.release_lock(schema)
         self.select_expired = recovery.select_expired(schema)
         self.finish_expired = recovery.finish_expired(schema)

@@ -9,6 +9,7 @@ something of its own) one feature part in queries/complete.py fed by ``features`
 
 Shapes: :func:`succeeded`, :func:`failed` (retried under the budget, ``failed`` once it
 is spent), :func:`retry_at`, :func:`fail_now`, :func:`cancelled`, :func:`interrupted`,
+:func:`wait_for_signal` and :func:`wait_for_children` (durable waits, uncharged),
 :func:`handback`, :func:`bounce` (admission refused a slot or the rate), :func:`stopped`
 (the alarm: timeout, lease or lock lost, a cancel, an interruption), :func:`refused` (the
 database refused a completion's data) and :func:`lease_expired` (recovery). Rules:
@@ -18,18 +19,19 @@ database refused a completion's data) and :func:`lease_expired` (recovery). Rule
 from __future__ import annotations
 
 import traceback as tb
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..policy import Policy
 from ..settings import MAX_TRACEBACK_CHARS
 from ..status import JobStatus
 from ..values import ClaimedJob, Completion, ExpiredDecision, ExpiredLease, Features, Outcome
 
-READY, SUCCEEDED, FAILED, CANCELLED = (
+READY, SUCCEEDED, FAILED, CANCELLED, WAITING = (
     JobStatus.READY,
     JobStatus.SUCCEEDED,
     JobStatus.FAILED,
     JobStatus.CANCELLED,
+    JobStatus.WAITING,
 )
 
 
@@ -52,9 +54,9 @@ def budget(max_attempts: int | None, default: int) -> int:
 
 def cancel_wins(status: JobStatus) -> bool:
     """An operator's cancel wins over a retry: a completion that would put the job back
-    ``ready`` ends it ``cancelled`` if a cancel was requested meanwhile. A terminal status
-    stands (the attempt's own ending is the truer record)."""
-    return status is READY
+    ``ready`` (or park it ``waiting``) ends it ``cancelled`` if a cancel was requested
+    meanwhile. A terminal status stands (the attempt's own ending is the truer record)."""
+    return status is READY or status is WAITING
 
 
 def loss_is_charged(lost: ExpiredLease) -> bool:
@@ -185,6 +187,44 @@ def interrupted(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Compl
     """Stopped by this worker's forced shutdown, not by the job: back ``ready`` now,
     uncharged."""
     return _ended(job, Outcome.INTERRUPTED, READY, error, ran, refund=True)
+
+
+def wait_for_signal(job: ClaimedJob, name: str, timeout: float | None, ran: float) -> Completion:
+    """The handler returned ``WaitForSignal``: the job parks ``waiting`` for ``name`` (until
+    ``timeout`` seconds, None: no timeout), holding no executor, lease or worker; the
+    attempt is not charged (it did what it was asked). If the job already received the
+    signal, the statement makes it ``ready`` at once instead."""
+    return Completion(
+        job_id=job.id,
+        execution_id=job.execution_id,
+        outcome=Outcome.WAITING,
+        status=WAITING,
+        attempt=job.attempts,
+        delay=timeout,
+        refund=True,
+        ran_seconds=ran,
+        cancel_wins=cancel_wins(WAITING),
+        awaited_signal=name,
+    )
+
+
+def wait_for_children(job: ClaimedJob, children: list[dict[str, Any]], ran: float) -> Completion:
+    """The handler returned ``WaitForChildren``: the same statement inserts ``children``
+    (rows as ``waits.child_row`` builds them) and parks the job ``waiting`` until each has
+    reached a terminal state; the attempt is not charged."""
+    return Completion(
+        job_id=job.id,
+        execution_id=job.execution_id,
+        outcome=Outcome.WAITING,
+        status=WAITING,
+        attempt=job.attempts,
+        delay=None,
+        refund=True,
+        ran_seconds=ran,
+        cancel_wins=cancel_wins(WAITING),
+        children=len(children),
+        features={"children": children},
+    )
 
 
 def handback(job: ClaimedJob, delay: float) -> Completion:

@@ -39,6 +39,7 @@ from ..errors import Cancel, Fail, Retry
 from ..policy import Policy
 from ..settings import MAX_RESULT_BYTES, ActaSettings, Timings
 from ..values import Completion, Outcome
+from ..waits import WaitForChildren, WaitForSignal, children_from_json
 from . import completions
 from .clock import Clock
 from .completions import error_fields
@@ -122,6 +123,7 @@ class Executor:
         worker_id: Callable[[], int | None] = lambda: None,
         lock_store: LockStore | None = None,
         lease: float = DEFAULT_LEASE_SECONDS,
+        children_of: Callable[[int], Awaitable[str | None]] | None = None,
     ) -> None:
         self.handlers = handlers
         self.policies = policies
@@ -138,6 +140,8 @@ class Executor:
         self.lock_store = lock_store
         self.lease = lease
         """The worker's lease (from its heartbeat interval): part of the overrun cap."""
+        self.children_of = children_of
+        """Reads ``ctx.children`` for a run that follows a wait (None: no database)."""
         self._warned_kinds: set[str] = set()
 
     async def run(self) -> None:
@@ -201,6 +205,10 @@ class Executor:
         except Exception as exc:
             # Args that no longer fit the handler's signature will not fit on a retry.
             return completions.fail_now(job, error_fields(exc), None)
+        children: tuple[Any, ...] = ()
+        if job.resumed is not None and self.children_of is not None:
+            # Only a run that follows a wait reads its children (one indexed read).
+            children = children_from_json(await self.children_of(job.id))
         # A sync handler's stop flag (``ctx.should_stop``): its thread cannot be cancelled.
         stop = None if handler.is_async else threading.Event()
         ctx = Context(
@@ -211,6 +219,9 @@ class Executor:
             execution_id=job.execution_id,
             namespace=self.namespace,
             worker_id=self.worker_id(),
+            resumed=job.resumed,
+            children=children,
+            signals_json=job.signals_json,
             _locker=Locker(self.lock_store, entry, self.clock) if self.lock_store else None,
             _stop=stop,
         )
@@ -257,6 +268,10 @@ class Executor:
         if entry.expired:
             return self._stopped(entry, policy, ran)
         if error is None:
+            if isinstance(result, WaitForSignal):
+                return completions.wait_for_signal(job, result.name, result.timeout, ran)
+            if isinstance(result, WaitForChildren):
+                return completions.wait_for_children(job, result.rows, ran)
             try:
                 return completions.succeeded(job, encode_result(result), ran)
             except ValueError as exc:

@@ -192,6 +192,7 @@ class Worker:
                     worker_id=lambda: self.worker_id,
                     lock_store=store,
                     lease=self.timings.lease,
+                    children_of=store.children_of,
                 )
                 for _ in range(self.executors_count)
             ],

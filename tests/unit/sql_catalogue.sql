@@ -39,12 +39,13 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
-              j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at, j.suspect
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
+              j.run_at, j.suspect
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
        c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
-       c.suspect AS alone, w.suspect_due
+       c.resumed, c.suspect AS alone, w.suspect_due
 FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
 LEFT JOIN claimed c ON true
 ORDER BY c.priority, c.run_at, c.id;
@@ -76,11 +77,13 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
-              j.lane_key, j.parent_id, j.signals::text AS signals, j.run_at
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
+              j.run_at
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
-       concurrency_key, rate_key, lane_key, parent_id, signals, false AS alone
+       concurrency_key, rate_key, lane_key, parent_id, signals, resumed,
+       false AS alone
 FROM claimed ORDER BY priority, run_at, id;
 
 -- claim.next_due_in: Seconds until the next ready row of namespace $1 is due (None: none is
@@ -107,7 +110,9 @@ WITH c AS (
            (e->>12)::bool AS record,
            (e->>13)::bool AS cancel_wins,
            (e->>14)::bool AS keep_last_error,
-           (e->>15)::bigint AS ran_by
+           (e->>15)::bigint AS ran_by,
+           (e->>16)::text AS awaited_signal,
+           (e->>17)::int AS children
     FROM jsonb_array_elements($1::jsonb) AS e
 ),
 f AS (SELECT key::bigint AS job_id, value AS features FROM jsonb_each($3::jsonb)),
@@ -115,12 +120,17 @@ done AS (
     UPDATE "acta".job AS j SET
         -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
         -- the row's cancel_requested is only known here.
-        status = CASE WHEN c.cancel_wins AND j.cancel_requested
-                      THEN 'cancelled' ELSE c.status END,
+        status = CASE WHEN c.cancel_wins AND j.cancel_requested THEN 'cancelled'
+                      WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'ready'
+                      ELSE c.status END,
         attempts = CASE WHEN c.refund THEN j.attempts - 1 ELSE j.attempts END,
         run_at = CASE WHEN c.status = 'ready'
                       THEN now() + make_interval(secs => c.delay)
-                      ELSE j.run_at END,
+                      WHEN c.status <> 'waiting' OR c.awaited_signal IS NULL
+                      THEN j.run_at
+                      WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN now()
+                      WHEN c.delay IS NULL THEN 'infinity'
+                      ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
@@ -130,6 +140,15 @@ done AS (
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
+        -- A durable wait (docs/waits.md): what it waits for, and why it next runs.
+        awaited_signal = CASE WHEN c.status = 'waiting' AND NOT (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false))
+                                   AND NOT (c.cancel_wins AND j.cancel_requested)
+                              THEN c.awaited_signal END,
+        pending_children = CASE WHEN c.children IS NULL
+                                     OR (c.cancel_wins AND j.cancel_requested)
+                                THEN j.pending_children ELSE c.children END,
+        resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
+                       WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'signal' END,
         worker_id = NULL,
         lease_expires_at = NULL
     FROM c
@@ -152,14 +171,48 @@ history AS (
            now(), d.outcome, d.error_type, d.error_message, d.traceback
     FROM done AS d
     WHERE d.record
-)
+),
+spawn AS (
+    INSERT INTO "acta".job (namespace, kind, args, priority, run_at, max_attempts,
+                         concurrency_key, rate_key, lane_key, parent_id)
+    SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
+           coalesce((x.v->>'priority')::smallint, 0),
+           coalesce((x.v->>'run_at')::timestamptz,
+                    now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
+           (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
+           x.v->>'lane_key', d.id
+    FROM f
+    JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
+    CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
+        WITH ORDINALITY AS x(v, ord)
+    ORDER BY d.id, x.ord)
 SELECT id, status FROM done;
+
+-- complete.spawn_children: ``spawn``: the children of a parent that returned ``WaitForChildren``,
+--   inserted in spawn order with ``parent_id`` set, in the same statement that parks the parent
+--   with their count (``Completion.children``). Guard: only for a parent the fenced finish applied
+--   AND left ``waiting`` (a cancel that won spawns nothing). Input: ``f.features->'children'``, one
+--   object per child (``waits.child_row``).
+INSERT INTO "acta".job (namespace, kind, args, priority, run_at, max_attempts,
+                     concurrency_key, rate_key, lane_key, parent_id)
+SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
+       coalesce((x.v->>'priority')::smallint, 0),
+       coalesce((x.v->>'run_at')::timestamptz,
+                now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
+       (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
+       x.v->>'lane_key', d.id
+FROM f
+JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
+CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
+    WITH ORDINALITY AS x(v, ord)
+ORDER BY d.id, x.ord;
 
 -- heartbeat.heartbeat: The heartbeat: ONE statement renews the held (job, execution) pairs, records
 --   which attempts have started, refreshes the worker row, takes the namespace's recovery pass when
---   it is due, and reports the definitions version, as ONE row of named columns. Rows locked by
---   another transaction are skipped, not waited for: they show up among the present pairs but not
---   the renewed ones, and keep their deadline for the next beat.
+--   it is due, wakes the namespace's signal waits past their deadline
+--   (:func:`waits.wake_timed_out`), and reports the definitions version, as ONE row of named
+--   columns. Rows locked by another transaction are skipped, not waited for: they show up among the
+--   present pairs but not the renewed ones, and keep their deadline for the next beat.
 WITH held AS (
     SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::bool[])
         AS h(job_id, execution_id, started)
@@ -213,6 +266,20 @@ locks_renewed AS (
     WHERE k.namespace = $1 AND k.name = l.name
       AND k.job_id = l.job_id AND k.execution_id = l.execution_id
     RETURNING k.name, k.job_id, k.execution_id
+),
+woken AS (
+    UPDATE "acta".job AS j SET status = 'ready', run_at = now(), resumed = 'timeout',
+                             awaited_signal = NULL
+    WHERE j.id IN (
+        SELECT w.id FROM "acta".job AS w
+        WHERE w.namespace = $1 AND w.status = 'waiting'
+          AND w.awaited_signal IS NOT NULL AND w.run_at <= now()
+        ORDER BY w.run_at
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+    )
+      AND j.status = 'waiting' AND j.awaited_signal IS NOT NULL
+    RETURNING j.id
 )
 -- Parallel arrays, each ordered by its set's key so that they pair up.
 SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
@@ -228,7 +295,8 @@ SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
        (SELECT definitions_version FROM "acta".namespace WHERE name = $1)
            AS definitions_version,
        EXISTS (SELECT 1 FROM recovery) AS recovery_due,
-       EXISTS (SELECT 1 FROM beat) AS worker_found;
+       EXISTS (SELECT 1 FROM beat) AS worker_found,
+       (SELECT count(*) FROM woken) AS woken;
 
 -- recovery.finish_expired: Recovery, step 1b: the completions Python built for the expired rows,
 --   applied by the same parts as complete_executions (so the same terminal effects follow); the
@@ -253,7 +321,9 @@ WITH c AS (
            (e->>12)::bool AS record,
            (e->>13)::bool AS cancel_wins,
            (e->>14)::bool AS keep_last_error,
-           (e->>15)::bigint AS ran_by
+           (e->>15)::bigint AS ran_by,
+           (e->>16)::text AS awaited_signal,
+           (e->>17)::int AS children
     FROM jsonb_array_elements($1::jsonb) AS e
 ),
 f AS (SELECT key::bigint AS job_id, value AS features FROM jsonb_each($3::jsonb)),
@@ -261,12 +331,17 @@ done AS (
     UPDATE "acta".job AS j SET
         -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
         -- the row's cancel_requested is only known here.
-        status = CASE WHEN c.cancel_wins AND j.cancel_requested
-                      THEN 'cancelled' ELSE c.status END,
+        status = CASE WHEN c.cancel_wins AND j.cancel_requested THEN 'cancelled'
+                      WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'ready'
+                      ELSE c.status END,
         attempts = CASE WHEN c.refund THEN j.attempts - 1 ELSE j.attempts END,
         run_at = CASE WHEN c.status = 'ready'
                       THEN now() + make_interval(secs => c.delay)
-                      ELSE j.run_at END,
+                      WHEN c.status <> 'waiting' OR c.awaited_signal IS NULL
+                      THEN j.run_at
+                      WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN now()
+                      WHEN c.delay IS NULL THEN 'infinity'
+                      ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
@@ -276,6 +351,15 @@ done AS (
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
+        -- A durable wait (docs/waits.md): what it waits for, and why it next runs.
+        awaited_signal = CASE WHEN c.status = 'waiting' AND NOT (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false))
+                                   AND NOT (c.cancel_wins AND j.cancel_requested)
+                              THEN c.awaited_signal END,
+        pending_children = CASE WHEN c.children IS NULL
+                                     OR (c.cancel_wins AND j.cancel_requested)
+                                THEN j.pending_children ELSE c.children END,
+        resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
+                       WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'signal' END,
         worker_id = NULL,
         lease_expires_at = NULL,
         suspect = j.suspect OR j.id = ANY ($4::bigint[])
@@ -299,7 +383,21 @@ history AS (
            now(), d.outcome, d.error_type, d.error_message, d.traceback
     FROM done AS d
     WHERE d.record
-)
+),
+spawn AS (
+    INSERT INTO "acta".job (namespace, kind, args, priority, run_at, max_attempts,
+                         concurrency_key, rate_key, lane_key, parent_id)
+    SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
+           coalesce((x.v->>'priority')::smallint, 0),
+           coalesce((x.v->>'run_at')::timestamptz,
+                    now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
+           (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
+           x.v->>'lane_key', d.id
+    FROM f
+    JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
+    CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
+        WITH ORDINALITY AS x(v, ord)
+    ORDER BY d.id, x.ord)
 SELECT id, status FROM done;
 
 -- recovery.mark_dead_workers: Recovery, step 2: workers silent for 7 of their own beats are dead
@@ -604,17 +702,24 @@ ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC NULLS LAST,
          xact_start
 LIMIT 20;
 
+-- waits.children_of: ``ctx.children``: the children of job $1 in spawn order, as one JSON array of
+--   ``[id, kind, status, result, last_error]`` (NULL when it has none). By ``job_parent_idx``; read
+--   only for a run that follows a wait.
+SELECT json_agg(json_build_array(id, kind, status, result, last_error)
+                ORDER BY id)::text
+FROM "acta".job WHERE parent_id = $1;
+
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once.
 UPDATE acta.job SET status=%(status)s, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
 -- session.insert_jobs_bulk: INSERT a batch of jobs from parallel arrays in one statement, in input
 --   order.
-INSERT INTO acta.job (namespace, kind, args, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, parent_id, status, attempts, pending_children, cancel_requested, suspect, created_at) SELECT src.namespace, src.kind, CAST(src.args AS JSONB) AS args, src.priority, coalesce(CAST(src.run_at AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(src.delay, %(coalesce_2)s))) AS coalesce_1, src.max_attempts, src.concurrency_key, src.rate_key, src.lane_key, src.unique_key, src.parent_id, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, %(suspect)s AS anon_5, now() AS now_1
-FROM (SELECT unnest(%(namespace)s::TEXT[]) AS namespace, unnest(%(kind)s::TEXT[]) AS kind, unnest(%(args)s::TEXT[]) AS args, unnest(%(priority)s::SMALLINT[]) AS priority, unnest(%(run_at)s::TEXT[]) AS run_at, unnest(%(delay)s::DOUBLE PRECISION[]) AS delay, unnest(%(max_attempts)s::INTEGER[]) AS max_attempts, unnest(%(concurrency_key)s::TEXT[]) AS concurrency_key, unnest(%(rate_key)s::TEXT[]) AS rate_key, unnest(%(lane_key)s::TEXT[]) AS lane_key, unnest(%(unique_key)s::TEXT[]) AS unique_key, unnest(%(parent_id)s::BIGINT[]) AS parent_id, unnest(%(ord)s::INTEGER[]) AS ord) AS src ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
+INSERT INTO acta.job (namespace, kind, args, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, status, attempts, pending_children, cancel_requested, suspect, created_at) SELECT src.namespace, src.kind, CAST(src.args AS JSONB) AS args, src.priority, coalesce(CAST(src.run_at AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(src.delay, %(coalesce_2)s))) AS coalesce_1, src.max_attempts, src.concurrency_key, src.rate_key, src.lane_key, src.unique_key, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, %(suspect)s AS anon_5, now() AS now_1
+FROM (SELECT unnest(%(namespace)s::TEXT[]) AS namespace, unnest(%(kind)s::TEXT[]) AS kind, unnest(%(args)s::TEXT[]) AS args, unnest(%(priority)s::SMALLINT[]) AS priority, unnest(%(run_at)s::TEXT[]) AS run_at, unnest(%(delay)s::DOUBLE PRECISION[]) AS delay, unnest(%(max_attempts)s::INTEGER[]) AS max_attempts, unnest(%(concurrency_key)s::TEXT[]) AS concurrency_key, unnest(%(rate_key)s::TEXT[]) AS rate_key, unnest(%(lane_key)s::TEXT[]) AS lane_key, unnest(%(unique_key)s::TEXT[]) AS unique_key, unnest(%(ord)s::INTEGER[]) AS ord) AS src ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, suspect, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
+INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, suspect, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
 
 -- session.job_status: One job's status (cancel tells a finished job from a missing one).
 SELECT acta.job.status
@@ -631,7 +736,7 @@ UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTE
 
 -- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
 --   (enqueue returns it).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(unique_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
 
@@ -639,6 +744,12 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(
 --   of the given keys.
 SELECT acta.job.id, acta.job.namespace, acta.job.unique_key
 FROM acta.job JOIN (SELECT unnest(%(namespaces)s::TEXT[]) AS namespace, unnest(%(keys)s::TEXT[]) AS unique_key) AS pairs ON acta.job.namespace = pairs.namespace AND acta.job.unique_key = pairs.unique_key AND acta.job.status IN (__[POSTCOMPILE_status_1]);
+
+-- session.signal_job: Record signal ``name`` (its payload as JSON text) on a ready, executing or
+--   waiting job; a job waiting for that name becomes ready now (the NOTIFY trigger wakes a worker)
+--   with ``resumed = 'signal'``. RETURNING the job's status afterwards (no row: the job is finished
+--   or missing).
+UPDATE acta.job SET status=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN %(param_1)s::VARCHAR ELSE acta.job.status END, run_at=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN now() ELSE acta.job.run_at END, awaited_signal=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN NULL ELSE acta.job.awaited_signal END, signals=(coalesce(acta.job.signals, CAST(%(param_2)s::VARCHAR AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, CAST(%(param_3)s::VARCHAR AS JSONB))), resumed=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN %(param_4)s::VARCHAR ELSE acta.job.resumed END WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_2]) RETURNING acta.job.status;
 
 -- inspect.active_depth: (kind, status, count) of the namespace's ready and executing jobs, exactly:
 --   ready through the claim index, executing through the lease index (an executing job always holds
@@ -847,6 +958,7 @@ CREATE TABLE acta.job (
 	pending_children INTEGER DEFAULT '0' NOT NULL,
 	awaited_signal TEXT,
 	signals JSONB,
+	resumed TEXT,
 	result JSONB,
 	last_error JSONB,
 	cancel_requested BOOLEAN DEFAULT 'false' NOT NULL,
@@ -886,6 +998,9 @@ CREATE INDEX job_suspect_idx ON acta.job (namespace, priority, run_at, id) WHERE
 
 -- ddl.index.job_unique_key_idx
 CREATE UNIQUE INDEX job_unique_key_idx ON acta.job (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');
+
+-- ddl.index.job_wait_deadline_idx
+CREATE INDEX job_wait_deadline_idx ON acta.job (namespace, run_at) WHERE status = 'waiting' AND awaited_signal IS NOT NULL;
 
 -- ddl.table.lock
 CREATE TABLE acta.lock (

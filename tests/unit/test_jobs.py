@@ -187,13 +187,6 @@ def test_options_are_taken_beside_the_args() -> None:
     )
 
 
-def test_parent_option_takes_a_job_or_an_id() -> None:
-    assert ship.job(order_id=1, parent=17).parent_id == 17
-    parent = Job(kind="x")
-    parent.id = 99
-    assert ship.job(order_id=2, parent=parent).parent_id == 99
-
-
 @pytest.mark.parametrize("option", sorted(JOB_OPTIONS))
 def test_a_parameter_named_like_a_job_option_is_refused(option: str) -> None:
     local = Acta()

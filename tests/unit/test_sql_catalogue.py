@@ -38,6 +38,7 @@ from acta_sqla.queries import (
     locks,
     recovery,
     session,
+    waits,
     workers,
 )
 from acta_sqla.queries import inspect as inspect_q
@@ -59,6 +60,7 @@ TEXT_MODULES: tuple[ModuleType, ...] = (
     workers,
     admin,
     doctor,
+    waits,
 )
 """Plain-SQL builders: each public function takes the schema (and maybe the version table
 name) and returns the statement's text."""
@@ -74,6 +76,8 @@ TEXT_HELPERS = {
     "complete.history",
     "complete.compose",
     "complete.encode",
+    # the heartbeat's CTE that wakes timed-out waits (rendered inside the heartbeat)
+    "waits.wake_timed_out",
 }
 """Functions of those modules that render a fragment of another statement, or re-export
 one already listed (not a statement of their own)."""
@@ -89,6 +93,7 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "session.request_cancel": lambda: session.request_cancel(1),
     "session.job_status": lambda: session.job_status(1),
     "session.retry_job": lambda: session.retry_job(1),
+    "session.signal_job": lambda: session.signal_job(1, "approved", '{"by": "ann"}'),
     "inspect.queue_depth": lambda: inspect_q.queue_depth("default"),
     "inspect.list_workers": lambda: inspect_q.list_workers("default", 20),
     "inspect.list_jobs": lambda: inspect_q.list_jobs(

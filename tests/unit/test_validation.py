@@ -266,28 +266,22 @@ def test_a_lane_is_a_key_on_both_paths() -> None:
         Job(kind="h", lane_key=5)
 
 
-def test_a_parent_must_have_an_id() -> None:
-    unsaved = Job(kind="h")
-    with pytest.raises(InvalidJob, match=r"h: parent=.* is a job without an id yet; flush"):
-        h.job(x=1, parent=unsaved)
-    with pytest.raises(InvalidJob, match=r"h: parent=.* is a job without an id yet"):
-        h.jobs([{"x": 1}], parent=unsaved)
-    for bad in (0, True, "7"):
-        with pytest.raises(InvalidJob, match="must be a Job or a job id"):
-            h.job(x=1, parent=bad)
-    with pytest.raises(InvalidJob, match="h: parent_id=0 must be a Job or a job id"):
-        Job(kind="h", parent_id=0)
+def test_a_parent_is_never_given_by_hand() -> None:
+    # parent_id is acta's own: set when a parent's handler returns WaitForChildren.
+    with pytest.raises(InvalidJob, match=r"h: parent_id is set by acta .*WaitForChildren"):
+        Job(kind="h", parent_id=7)
+    with pytest.raises(InvalidJob, match=r"unknown job option\(s\) \['parent'\]"):
+        h.jobs([{"x": 1}], parent=9)
 
 
 def test_good_options_mean_the_same_on_every_path() -> None:
     when = datetime(2030, 1, 1, tzinfo=UTC)
-    batch = h.jobs([{"x": 1}], priority=-5, max_attempts=3, run_at=when, parent=9)
-    job = h.job(x=1, priority=-5, max_attempts=3, run_at=when, parent=9)
-    assert (batch.priority, batch.max_attempts, batch.run_at, batch.parent_id) == (
+    batch = h.jobs([{"x": 1}], priority=-5, max_attempts=3, run_at=when)
+    job = h.job(x=1, priority=-5, max_attempts=3, run_at=when)
+    assert (batch.priority, batch.max_attempts, batch.run_at) == (
         job.priority,
         job.max_attempts,
         job.run_at,
-        job.parent_id,
     )
     assert h.jobs([{"x": 1}], delay=timedelta(minutes=2)).delay == 120.0
     assert h.job(x=1, delay=timedelta(minutes=2))._delay_seconds == 120.0

@@ -1,0 +1,134 @@
+"""Durable waits: what a handler returns to park its job (docs/waits.md).
+
+``return WaitForSignal("approved", timeout=3600)`` parks the job ``waiting`` until
+``acta.signal(session, job_id, "approved", payload)`` commits (or the timeout passes);
+``return WaitForChildren([child.job(...), ...])`` spawns the children and parks the job
+until each has reached a terminal state. Either way the job holds no executor, lease or
+worker while it waits, the attempt is not charged, and the handler runs again from its top,
+told why by ``ctx.resumed`` (``"signal"``, ``"timeout"``, ``"children"``) and what came in
+by ``ctx.signals`` and ``ctx.children``. The completion that parks the job is written by
+the same batched statement as every other completion (queries/complete.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidJob
+
+if TYPE_CHECKING:
+    from .models import Job
+
+MAX_SIGNAL_TIMEOUT = 366 * 24 * 3600.0
+"""The longest signal wait with a timeout, in seconds (a year); ``timeout=None``: no limit."""
+
+MAX_SIGNAL_NAME = 200
+"""The longest signal name, in characters."""
+
+MAX_CHILDREN = 100_000
+"""The most children one ``WaitForChildren`` may spawn (they travel in one completion)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForSignal:
+    """Returned by a handler: park the job until signal ``name`` arrives, or ``timeout``
+    seconds pass (None: wait as long as it takes)."""
+
+    name: str
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or len(self.name) > MAX_SIGNAL_NAME:
+            raise InvalidJob(
+                f"WaitForSignal: name must be a non-empty string of at most {MAX_SIGNAL_NAME} "
+                f"characters, got {self.name!r}"
+            )
+        t = self.timeout
+        if t is not None and (
+            isinstance(t, bool)
+            or not isinstance(t, int | float)
+            or not math.isfinite(t)
+            or not 0 < t <= MAX_SIGNAL_TIMEOUT
+        ):
+            raise InvalidJob(
+                f"WaitForSignal({self.name!r}): timeout must be seconds > 0 and at most "
+                f"{MAX_SIGNAL_TIMEOUT:g} (a year), or None for no timeout; got {t!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForChildren:
+    """Returned by a handler: spawn ``children`` (jobs built by ``handler.job(...)``, any
+    kind and options but a unique key) and park the job until every one of them has
+    succeeded, failed or been cancelled."""
+
+    children: Sequence[Job]
+    rows: list[dict[str, Any]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        children = list(self.children)
+        if not children:
+            raise InvalidJob("WaitForChildren: give at least one child job")
+        if len(children) > MAX_CHILDREN:
+            raise InvalidJob(
+                f"WaitForChildren: {len(children)} children; at most {MAX_CHILDREN} per wait "
+                "(wait for them in waves, or give each wave its own parent)"
+            )
+        object.__setattr__(self, "rows", [child_row(job, i) for i, job in enumerate(children)])
+
+
+def child_row(job: Job, index: int) -> dict[str, Any]:
+    """One child as the completion's spawn part reads it (``features["children"]``)."""
+    from .models import Job
+
+    if not isinstance(job, Job):
+        raise InvalidJob(
+            f"WaitForChildren: child {index} is {type(job).__name__}, not a Job; build each "
+            "child with handler.job(...)"
+        )
+    d = job.__dict__
+    if d.get("id") is not None:
+        raise InvalidJob(f"WaitForChildren: child {index} (job {d['id']}) is already enqueued")
+    if d.get("unique_key") is not None:
+        raise InvalidJob(
+            f"WaitForChildren: child {index} ({job.kind}) has unique_key="
+            f"{d['unique_key']!r}; a child cannot be unique (its parent must know how many "
+            "it waits for)"
+        )
+    run_at = d.get("run_at")
+    return {
+        "namespace": d.get("namespace") or "default",
+        "kind": job.kind,
+        "args": job.args,
+        "priority": d.get("priority") or 0,
+        "run_at": run_at.isoformat() if isinstance(run_at, datetime) else None,
+        "delay": d.get("_delay_seconds"),
+        "max_attempts": d.get("max_attempts"),
+        "concurrency_key": d.get("concurrency_key"),
+        "rate_key": d.get("rate_key"),
+        "lane_key": d.get("lane_key"),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    """One child as its parent's next run sees it (``ctx.children``, in spawn order)."""
+
+    id: int
+    kind: str
+    status: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    """The child's last error (``{"type": ..., "message": ...}``), None if it had none."""
+
+
+def children_from_json(text: str | None) -> tuple[Child, ...]:
+    """``ctx.children`` from the store's JSON answer (one array per child)."""
+    if not text:
+        return ()
+    return tuple(Child(*row) for row in json.loads(text))
