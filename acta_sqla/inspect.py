@@ -89,7 +89,17 @@ class JobDetail(JobRow):
     started_at: datetime | None
     lease_expires_at: datetime | None
     cancel_requested: bool
+    awaited_signal: str | None = None
+    """The signal a waiting job waits for (None: not a signal wait)."""
+    pending_children: int = 0
+    """Children a waiting parent still waits for."""
+    signals: dict[str, Any] | None = None
+    """Every signal the job has received, by name, with its payload."""
+    resumed: str | None = None
+    """Why the job last left a wait (``signal``, ``timeout``, ``children``)."""
     executions: tuple[ExecutionRow, ...] = ()
+    children: tuple[JobRow, ...] = ()
+    """The jobs it spawned with ``WaitForChildren``, in spawn order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +170,13 @@ async def job_detail(session: AsyncSession, job_id: int) -> JobDetail | None:
     if row is None:
         return None
     history = (await session.execute(q.job_executions(job_id))).all()
-    return _make(JobDetail, row, executions=tuple(_make(ExecutionRow, e) for e in history))
+    children = (await session.execute(q.job_children(job_id))).all()
+    return _make(
+        JobDetail,
+        row,
+        executions=tuple(_make(ExecutionRow, e) for e in history),
+        children=tuple(_make(JobRow, c) for c in children),
+    )
 
 
 # ------------------------------------------------------------------ the dashboard's pages

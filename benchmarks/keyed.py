@@ -1,7 +1,8 @@
-"""The keyed drain beside the plain drain, in one run (issue 11).
+"""The feature drains beside the plain drain, in one run (issues 11 and 12).
 
     python -m benchmarks.keyed    # 20,000 jobs, 64 executors; 200 keys of limit 5; 200 lanes
     python -m benchmarks.keyed --n 2000 --trials 1
+    python -m benchmarks.keyed --workloads plain,fanout --n 10000   # the 10,000-child fan-out
 
 Each trial drops and creates the database ``bench_keyed`` (``--dsn`` must be a superuser),
 migrates it, inserts the jobs in one statement, starts ONE ``acta worker --app
@@ -12,7 +13,10 @@ Workloads, alternating within each trial so that machine noise hits both:
 * ``keyed``: no-op jobs over ``--keys`` concurrency keys (job i has key i % keys) with
   ``concurrency_limit`` 5;
 * ``laned``: no-op jobs in ``--keys`` lanes (job i in lane i % keys): one at a time per
-  lane, each hand-on made by the completion that ends the lane's job.
+  lane, each hand-on made by the completion that ends the lane's job;
+* ``fanout``: ONE parent job whose handler returns ``WaitForChildren`` of ``--n`` no-op
+  children (spawned by its completion), then resumes once they have all ended: timed from
+  the worker's start until the parent has succeeded.
 
 Reported per workload (medians): jobs/s, bounces per job (claims minus jobs: every claim
 mints one execution id, so the sequence counts them), PostgreSQL CPU per job (every
@@ -36,7 +40,7 @@ if __package__ in (None, ""):
 
 import asyncpg
 
-from acta_sqla import Acta, Context
+from acta_sqla import Acta, Context, WaitForChildren
 
 NAMESPACE = "bench-keyed"
 acta = Acta(namespace=NAMESPACE)
@@ -57,7 +61,17 @@ async def laned(ctx: Context, k: int = 0, i: int = 0) -> None:
     """Does nothing, one at a time in its lane."""
 
 
+@acta.job
+async def fan(ctx: Context, n: int = 0) -> int:
+    """Spawns ``n`` no-op children and waits for them; then counts them."""
+    if ctx.resumed is None:
+        return WaitForChildren([plain.job(i=i) for i in range(n)])  # type: ignore[return-value]
+    return len(ctx.children)
+
+
 INSERTS = {
+    "fanout": "INSERT INTO acta.job (namespace, kind, args) "
+    "SELECT $1, 'fan', jsonb_build_object('n', $2::int)",
     "plain": "INSERT INTO acta.job (namespace, kind, args) "
     "SELECT $1, 'plain', jsonb_build_object('i', i) FROM generate_series(1, $2) AS i",
     "keyed": "INSERT INTO acta.job (namespace, kind, args, concurrency_key) "
@@ -83,7 +97,7 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
     await asyncio.to_thread(migrate.upgrade, url)
     conn = await asyncpg.connect(url)
     try:
-        args = (NAMESPACE, n) if workload == "plain" else (NAMESPACE, n, keys)
+        args = (NAMESPACE, n) if workload in ("plain", "fanout") else (NAMESPACE, n, keys)
         await conn.execute(INSERTS[workload], *args)
         await conn.execute("ANALYZE")
         await conn.execute("CHECKPOINT")
@@ -158,7 +172,7 @@ async def main_async(a: argparse.Namespace) -> int:
     for w, s in summary.items():
         jobs, bounces, pg = s["jobs_per_s"], s["bounces_per_job"], s["pg_us_per_job"]
         print(f"{w:<8} {jobs:>9.0f} {bounces:>12.3f} {pg:>10.0f}")
-    for w in ("keyed", "laned"):
+    for w in ("keyed", "laned", "fanout"):
         if "plain" in summary and w in summary:
             ratio = summary[w]["jobs_per_s"] / summary["plain"]["jobs_per_s"]
             print(f"{w} / plain: {ratio:.0%}")

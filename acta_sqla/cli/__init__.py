@@ -9,6 +9,7 @@ from .db import app as db_app
 from .doctor import doctor as _doctor
 from .jobs import app as jobs_app
 from .jobs import demo as _demo
+from .jobs import signal as _signal
 from .jobs import status as _status
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app.command()(_worker)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 app.command("status")(_status)
+app.command("signal")(_signal)
 app.command("demo")(_demo)
 app.command("dashboard")(_dashboard)
 app.command("doctor")(_doctor)

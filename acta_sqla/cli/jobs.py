@@ -103,6 +103,24 @@ def show(
         ("finished_at", _when(job.finished_at)),
     ):
         typer.echo(f"{label:>12}: {value}")
+    if job.status is JobStatus.WAITING:
+        if job.awaited_signal is not None:
+            deadline = "no timeout" if job.run_at.year > 9000 else f"until {_when(job.run_at)}"
+            typer.echo(f"{'waits for':>12}: signal {job.awaited_signal!r} ({deadline})")
+        elif job.pending_children:
+            typer.echo(f"{'waits for':>12}: {job.pending_children} unfinished child(ren)")
+        elif job.lane_key is not None:
+            typer.echo(f"{'waits for':>12}: its turn in lane {job.lane_key!r}")
+    if job.resumed is not None:
+        typer.echo(f"{'resumed by':>12}: {job.resumed}")
+    if job.signals:
+        typer.echo(f"{'signals':>12}: {json.dumps(job.signals)}")
+    if job.parent_id is not None:
+        typer.echo(f"{'parent':>12}: {job.parent_id}")
+    if job.children:
+        typer.echo("children:")
+        for c in job.children:
+            typer.echo(f"  {c.id:>8}  {c.status.value:<10} {c.kind}")
     typer.echo("attempts:" if job.executions else "attempts: none recorded")
     for e in job.executions:
         error = f"  {e.error_type}: {e.error_message}" if e.error_type else ""
@@ -150,6 +168,41 @@ def retry(
             "cancelled jobs can be retried",
             command="acta jobs retry",
         )
+
+
+@run_cli
+def signal(
+    job_id: Annotated[int, typer.Argument(help="The job's id.")],
+    name: Annotated[str, typer.Argument(help="The signal's name.")],
+    payload: Annotated[
+        str | None, typer.Option(help="The signal's payload, as JSON (default: null).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Send a signal to a job: a job waiting for it (WaitForSignal) runs again at once; a
+    job not yet waiting keeps it for its wait."""
+    from ..app import Acta
+    from ..errors import InvalidSignal, JobFinished, JobNotFound
+
+    value: Any = None
+    if payload is not None:
+        try:
+            value = json.loads(payload)
+        except ValueError as exc:
+            fail(
+                f"--payload is not valid JSON ({exc}); e.g. --payload '{{\"ok\": true}}'",
+                command="acta signal",
+            )
+    try:
+        status = _run(
+            database_url, lambda s: Acta(allow_unknown_kinds=True).signal(s, job_id, name, value)
+        )
+    except (JobNotFound, JobFinished, InvalidSignal) as exc:
+        fail(str(exc), command="acta signal")
+    if status == JobStatus.READY.value:
+        typer.echo(f"job {job_id} received signal {name!r} and is ready to run")
+    else:
+        typer.echo(f"job {job_id} ({status}) received signal {name!r}; kept for its wait")
 
 
 def _namespace() -> str:

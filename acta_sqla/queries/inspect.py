@@ -43,6 +43,10 @@ JOB_DETAIL_COLUMNS = (
     Job.started_at,
     Job.lease_expires_at,
     Job.cancel_requested,
+    Job.awaited_signal,
+    Job.pending_children,
+    Job.signals,
+    Job.resumed,
 )
 """The columns of one job shown in full."""
 
@@ -115,6 +119,11 @@ def list_jobs(
 def job_detail(job_id: int) -> Select[tuple[object, ...]]:
     """One job in full."""
     return select(*JOB_DETAIL_COLUMNS).where(Job.id == job_id)
+
+
+def job_children(parent_id: int) -> Select[tuple[object, ...]]:
+    """A parent's children in spawn order (by ``job_parent_idx``)."""
+    return select(*JOB_COLUMNS).where(Job.parent_id == parent_id).order_by(Job.id)
 
 
 def job_executions(job_id: int) -> Select[tuple[object, ...]]:

@@ -76,6 +76,10 @@ class Claimer:
         self._stop = asyncio.Event()
         self.stopping = False
         self.idle = asyncio.Event()
+        self.idle_since = 0.0
+        """When the last claim that found nothing started (the clock's time): burst mode
+        stops only once such a claim started after the last completion was written, as a
+        completion can make rows due (a parent its last child wakes, a lane's next job)."""
         """Set while the last claim found nothing (burst mode and tests wait on it)."""
         self.claims = 0
         self.claimed_rows = 0
@@ -177,6 +181,7 @@ class Claimer:
         if not jobs:
             if self._suspect_due:
                 return 0  # held back for a suspect: not idle, drain (next run_once)
+            self.idle_since = started
             if not self.idle.is_set():
                 self.idle.set()
                 if self._on_idle is not None:

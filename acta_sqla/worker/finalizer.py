@@ -78,6 +78,8 @@ class Finalizer:
         self.on_written = on_written
         self.rng = rng or random.Random()
         self.batches = 0
+        self.written_at = 0.0
+        """When the last batch landed (the clock's time)."""
         self.abandon = False
         """Set at a hard shutdown: stop repeating a write that does not land."""
         self._carry: Completion | None = None
@@ -210,7 +212,8 @@ class Finalizer:
         # the claim is what the executors wait for and this write is not.
         await asyncio.sleep(0)
         applied = await self._land(batch)
-        self._settle(batch, applied, self.clock.now() - started)
+        self.written_at = self.clock.now()
+        self._settle(batch, applied, self.written_at - started)
         return applied
 
     async def _land(self, batch: list[Completion], fallback: bool = False) -> set[int]:

@@ -267,7 +267,11 @@ class Worker:
                 and not self.claimer.wake_event.is_set()
                 and self.completed.empty()
             ):
-                return
+                if self.claimer.idle_since >= self.finalizer.written_at:
+                    return
+                # The last completion may have made rows due (a parent, a lane's next
+                # job): one more claim before calling it done.
+                self.claimer.wake()
             await self.clock.wait(self._stop_requested, 0.01)
 
     async def shutdown(self) -> None:

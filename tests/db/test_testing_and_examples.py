@@ -96,3 +96,25 @@ async def test_metrics_report_batches_outcomes_and_inflight(
 @pytest.fixture(autouse=True)
 def _quiet_seen() -> None:
     seen.clear()
+
+
+async def test_the_orders_example_waits_for_children_then_a_signal(
+    db: str, async_session: AsyncSession
+) -> None:
+    from examples.orders import acta, fulfil_order
+
+    order = fulfil_order.job(order_id=7, skus=["a", "b", "c"])
+    async_session.add(order)
+    await async_session.commit()
+    # One drain: the order spawns 3 children, they run, the order resumes and parks
+    # waiting for "shipped".
+    await drain(acta, database_url=db)
+    row = (await async_session.execute(select(Job).where(Job.id == order.id))).scalar_one()
+    await async_session.refresh(row)
+    assert (row.status, row.awaited_signal) == (JobStatus.WAITING, "shipped")
+    await acta.signal(async_session, order.id, "shipped", {"tracking": "1Z999"})
+    await async_session.commit()
+    await drain(acta, database_url=db)
+    await async_session.refresh(row)
+    assert row.status is JobStatus.SUCCEEDED
+    assert row.result == {"order_id": 7, "items": 3, "tracking": "1Z999"}

@@ -29,7 +29,10 @@ function there, or a test passes it to ``check(..., extra={...})``. The invarian
   ones the test expects;
 * claims: no run belongs to an execution the database never recorded (a "phantom" claim),
   unless the test allows it (a database crash may lose a claim committed asynchronously);
-* starts: no job started more often than the test allows.
+* starts: no job started more often than the test allows;
+* I11: each wait of a parent for its children ends once, never before every child of
+  that wait is terminal;
+* I17: no job is left waiting for a signal it has already received.
 """
 
 from __future__ import annotations
@@ -203,6 +206,10 @@ class Report:
     """(job, execution) pairs that ran but that the database never recorded as claimed."""
     overlaps: list[tuple[int, int, int]] = field(default_factory=list)
     """(job, earlier execution, later execution) whose handlers overlapped in time."""
+    parents: dict[int, int] = field(default_factory=dict)
+    """child -> parent, of the jobs checked that were spawned by ``WaitForChildren``."""
+    unheard_signals: list[int] = field(default_factory=list)
+    """Jobs left waiting for a signal they have already received."""
 
 
 def observe(
@@ -221,6 +228,20 @@ def observe(
     report = Report(
         jobs=wanted, changes=changes, runs=runs, final=final, history=history, inserted=inserted
     )
+    report.parents = dict(
+        sql(
+            "SELECT id, parent_id FROM acta.job WHERE id = ANY(%s) AND parent_id IS NOT NULL",
+            list(wanted),
+        )
+    )
+    report.unheard_signals = [
+        r[0]
+        for r in sql(
+            "SELECT id FROM acta.job WHERE id = ANY(%s) AND status = 'waiting'"
+            " AND awaited_signal IS NOT NULL AND signals ? awaited_signal",
+            list(wanted),
+        )
+    ]
     for job in wanted:
         for c in history.get(job, []):
             if c.is_claim and c.execution_id is not None:
@@ -359,7 +380,9 @@ def attempt_accounting(r: Report, want: Expected) -> Iterator[str]:
                     if other != job:
                         yield f"execution id {c.execution_id} minted for jobs {other}, {job}"
                     seen_executions.add(c.execution_id)
-            elif c.old == "executing" and c.new == "ready":
+            elif c.old == "executing" and c.new in ("ready", "waiting"):
+                # A retry keeps the attempt; a hand-back, an interruption or a durable
+                # wait gives it back.
                 if c.attempts not in (previous, previous - 1):
                     yield (
                         f"job {job}: a return to ready moved attempts {previous} -> {c.attempts}"
@@ -392,6 +415,53 @@ def starts_within_budget(r: Report, want: Expected) -> Iterator[str]:
         yield f"jobs started more than {want.max_starts} time(s): {dict(list(over.items())[:10])}"
 
 
+def parent_resumes_once_after_its_children(r: Report, want: Expected) -> Iterator[str]:
+    """I11: each wait of a parent for its children ends exactly once, and never before
+    every child spawned by that wait is terminal. A child belongs to the wait whose
+    transaction inserted it; the last child's terminal write and the parent's wake share
+    one transaction (the trigger), every other child's must come before the wake."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for child, parent in r.parents.items():
+        children[parent].append(child)
+    for parent, kids in sorted(children.items()):
+        history = r.history.get(parent, [])
+        inserted_in = {
+            kid: next((c.txid for c in r.history.get(kid, []) if c.old is None), None)
+            for kid in kids
+        }
+        episodes = [c for c in history if c.old == "executing" and c.new == "waiting"]
+        for start in episodes:
+            mine = [k for k, tx in inserted_in.items() if tx == start.txid]
+            if not mine:
+                continue  # a signal wait
+            after = [c for c in history if c.seq > start.seq]
+            ends = after[:1]
+            if not ends:
+                continue  # still waiting: I1 says so if it should not be
+            end = ends[0]
+            if end.old != "waiting":
+                yield f"parent {parent}: its wait (seq {start.seq}) ended {end.old}->{end.new}"
+                continue
+            if end.new == "cancelled":
+                continue  # a cancel ends the wait whatever the children did
+            for kid in mine:
+                done = [c for c in r.history.get(kid, []) if c.new in TERMINAL]
+                if not done or not (done[0].seq < end.seq or done[0].txid == end.txid):
+                    yield (
+                        f"parent {parent} resumed (seq {end.seq}) before its child {kid} "
+                        "was terminal"
+                    )
+        wakes = [c for c in history if c.old == "waiting" and c.new == "ready"]
+        if len(wakes) > len(episodes):
+            yield f"parent {parent} woke {len(wakes)} times from {len(episodes)} wait(s)"
+
+
+def no_unheard_signal(r: Report, want: Expected) -> Iterator[str]:
+    """I17: no job stays waiting for a signal it has already received."""
+    if r.unheard_signals:
+        yield f"jobs waiting for a signal they hold: {r.unheard_signals[:10]}"
+
+
 INVARIANTS: dict[str, Invariant] = {
     "I1": every_job_terminal,
     "I2": one_terminal_transition,
@@ -400,6 +470,8 @@ INVARIANTS: dict[str, Invariant] = {
     "I4": overlap_only_after_lease_loss,
     "claims": no_phantom_claims,
     "starts": starts_within_budget,
+    "I11": parent_resumes_once_after_its_children,
+    "I17": no_unheard_signal,
 }
 """Every invariant :func:`check` runs, by name (the name prefixes each violation)."""
 
