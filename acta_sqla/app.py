@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from .models import Job
+    from .schedules import Schedule
 
 
 class Acta:
@@ -43,6 +44,7 @@ class Acta:
         self.namespace = namespace
         self.allow_unknown_kinds = allow_unknown_kinds
         self.handlers: dict[str, Handler[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}
 
     def __repr__(self) -> str:
         return f"<Acta namespace={self.namespace!r} kinds={sorted(self.handlers)}>"
@@ -83,6 +85,37 @@ class Acta:
             return handler
 
         return register(fn) if fn is not None else register
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        handler: Handler[Any, Any],
+        *,
+        args: dict[str, Any] | None = None,
+        timezone: str = "UTC",
+        missed: str = "latest",
+    ) -> Schedule:
+        """Declare a recurring job: ``handler`` fires with ``args`` at every tick of ``cron``
+        (5 fields, or 6 with a leading seconds field) in ``timezone``, exactly once per tick
+        whatever the number of workers. ``missed``: what to do about ticks that passed while
+        no worker ran (``latest``: one catch-up fire; ``skip``: wait for the next tick;
+        ``all``: every missed tick, one after the other).
+        Workers of this namespace store the schedules at start-up (docs/schedules.md)."""
+        from .schedules import declare
+
+        if name in self.schedules:
+            raise ConfigurationError(
+                f"schedule {name!r} is declared twice in namespace {self.namespace!r}"
+            )
+        if getattr(handler, "acta", None) is not self:
+            raise ConfigurationError(
+                f"schedule {name!r}: its handler must be registered on this Acta "
+                f"(namespace {self.namespace!r})"
+            )
+        declared = declare(name, cron, handler, args=args, timezone=timezone, missed=missed)
+        self.schedules[name] = declared
+        return declared
 
     def _check_kind(self, job: Job) -> None:
         if job.namespace is None:

@@ -6,6 +6,7 @@ import json
 import threading
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from loguru import logger
@@ -32,6 +33,9 @@ class Context:
     ``"timeout"`` (it did not, in time), ``"children"`` (every child finished); None if the
     job never left a wait. It stays set on the retries that follow, until the job waits
     again (docs/waits.md)."""
+    scheduled_at: datetime | None = None
+    """A schedule's fire: its tick (when it was due by the cron); None for other jobs, and
+    ``acta schedules run``'s extra fires carry the time they were asked for."""
     children: tuple[Any, ...] = ()
     """The children of this job's waits, in spawn order (``acta_sqla.waits.Child``: ``id``,
     ``kind``, ``status``, ``result``, ``error``); empty for a job that spawned none."""

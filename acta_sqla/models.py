@@ -125,6 +125,10 @@ class Job(Base):
     pending_children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     awaited_signal: Mapped[str | None] = mapped_column(Text)
     signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    schedule_name: Mapped[str | None] = mapped_column(Text)
+    """The schedule this job is a fire of (docs/schedules.md); None for other jobs."""
+    scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """A fire's tick (``ctx.scheduled_at``); ``acta schedules run`` sets it to now."""
     resumed: Mapped[str | None] = mapped_column(Text)
     """Why the job last left a durable wait (``signal``, ``timeout``, ``children``): the
     next runs see it as ``ctx.resumed``; a new wait clears it (docs/waits.md)."""
@@ -221,6 +225,15 @@ class Job(Base):
             "namespace",
             "run_at",
             postgresql_where=text("status = 'waiting' AND awaited_signal IS NOT NULL"),
+        ),
+        # One fire per tick of a schedule, for good (migration 0008).
+        Index(
+            "job_schedule_tick_key",
+            "namespace",
+            "schedule_name",
+            "scheduled_at",
+            unique=True,
+            postgresql_where=text("schedule_name IS NOT NULL"),
         ),
         {"schema": SCHEMA},
     )
@@ -391,8 +404,8 @@ class Schedule(Base):
     timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
     kind: Mapped[str] = mapped_column(Text)
     args: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
-    missed: Mapped[str] = mapped_column(Text, server_default="once")
-    """What to do with fires missed while no worker ran: 'once' (fire one), 'skip'."""
+    missed: Mapped[str] = mapped_column(Text, server_default="latest")
+    """What to do with ticks missed while no worker ran: 'latest' (fire once), 'skip'."""
     enabled: Mapped[bool] = mapped_column(Boolean, server_default="true")
     next_fire_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from .database import asyncpg_dsn
 from .errors import ConfigurationError, StatementRefused, StoreUnavailable
 from .queries import complete
 from .queries.worker import WorkerSQL
+from .schedules import Schedule
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings
 from .status import JobStatus
 from .values import (
@@ -156,6 +157,23 @@ class RoleConnection:
 
     async def execute(self, sql: str, *args: Any) -> str:
         return await self._run("execute", sql, args)  # type: ignore[no-any-return]
+
+    async def fetch_together(
+        self, steps: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> list[list[asyncpg.Record]]:
+        """Several statements in ONE transaction, in order; each one's rows."""
+        async with self._busy:
+            conn = await self.get()
+            try:
+                async with conn.transaction():
+                    return [
+                        await conn.fetch(sql, *args, timeout=self.timeout) for sql, args in steps
+                    ]
+            except Exception as exc:
+                translated = self._translated(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
 
     async def _run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
         async with self._busy:
@@ -437,6 +455,40 @@ class WorkerStore:
             self.sql.admit, self.namespace, json.dumps(requests), self.worker_id
         )
         return [(r[0], r[1], r[2]) for r in rows]
+
+    async def store_schedules(self, schedules: Sequence[Schedule]) -> list[str]:
+        """Store the code's schedules; the names of the namespace's schedules it dropped."""
+        rows = [s.row() for s in schedules]
+        columns = ("name", "cron", "timezone", "kind", "args", "missed")
+        found = await self.admin_conn.fetch(
+            self.sql.store_schedules, self.namespace, *([r[c] for r in rows] for c in columns)
+        )
+        return [r[0] for r in found]
+
+    async def ensure_fires(self, schedules: Mapping[str, Schedule]) -> list[tuple[str, Any]]:
+        """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:
+        its first tick to come if it never fired, else its last fire's successor (the
+        missed policy). Under the schedules' locks, re-checked: exactly one chain each."""
+        from datetime import UTC, datetime
+
+        rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
+        now = datetime.now(UTC)
+        names, ticks = [], []
+        for name, last in rows:
+            spec = schedules.get(name)
+            if spec is None:
+                continue  # another version of the code declares it: its workers keep it
+            names.append(name)
+            ticks.append(spec.first(now) if last is None else spec.successor(last, now))
+        if not names:
+            return []
+        _, inserted = await self.admin_conn.fetch_together(
+            [
+                (self.sql.lock_schedules, (self.namespace, names)),
+                (self.sql.enqueue_fires, (self.namespace, names, ticks)),
+            ]
+        )
+        return [(r[0], r[1]) for r in inserted]
 
     async def children_of(self, job_id: int) -> str | None:
         """``ctx.children`` of a run that follows a wait: the job's children as JSON."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -33,6 +34,10 @@ class ClaimedJob(NamedTuple):
     signals_json: str | None = None
     resumed: str | None = None
     """Why the job last left a durable wait (``ctx.resumed``), None if it never waited."""
+    schedule_name: str | None = None
+    """The schedule this job is a fire of (None: not a fire)."""
+    scheduled_at: datetime | None = None
+    """A fire's tick (``ctx.scheduled_at``)."""
     alone: bool = False
     """Claimed alone: a suspect (an earlier attempt was lost with its worker while the
     database did not know it had started). The claimer runs it with nothing else in flight

@@ -11,6 +11,7 @@ from .jobs import app as jobs_app
 from .jobs import demo as _demo
 from .jobs import signal as _signal
 from .jobs import status as _status
+from .schedules import app as schedules_app
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -25,6 +26,7 @@ from .worker import worker as _worker  # noqa: E402
 app.command()(_worker)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(schedules_app, name="schedules")
 app.command("status")(_status)
 app.command("signal")(_signal)
 app.command("demo")(_demo)

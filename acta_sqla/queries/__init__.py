@@ -37,6 +37,7 @@ _SUBMODULES = {
     "inspect",
     "locks",
     "recovery",
+    "schedules",
     "session",
     "waits",
     "worker",

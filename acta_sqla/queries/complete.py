@@ -208,8 +208,39 @@ def spawn_children(schema: str) -> str:
             ORDER BY d.id, x.ord"""
 
 
-FEATURE_PARTS: tuple[FeaturePart, ...] = (FeaturePart("spawn", spawn_children),)
-"""The features the statement applies, in order: the children a parent waits for. (A signal
+def next_fire(schema: str) -> str:
+    """``next_fire``: the fire that follows a schedule's fire, enqueued by the fire's
+    completion in the same statement, so a fire and its successor commit together (a fire
+    that fails still schedules the next tick). Input: ``f.features->'next'`` (namespace,
+    schedule, this fire's tick ``after``, the next ``tick``: ``schedules.successor_feature``).
+    Guard: only for a fire the fenced finish applied, only while the schedule is stored and
+    enabled, and only by the fire's FIRST completion (no fire of the schedule after this
+    one's tick exists yet: a retried fire's later completions enqueue nothing); the tick's
+    unique key (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10)."""
+    s = quote(schema)
+    return f"""
+            INSERT INTO {s}.job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+            SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+                   sc.name, (f.features->'next'->>'tick')::timestamptz
+            FROM f
+            JOIN done AS d ON d.id = f.job_id
+            JOIN {s}.schedule AS sc
+              ON sc.namespace = f.features->'next'->>'namespace'
+             AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {s}.job AS later
+                WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
+                  AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+            )
+            ON CONFLICT DO NOTHING"""
+
+
+FEATURE_PARTS: tuple[FeaturePart, ...] = (
+    FeaturePart("spawn", spawn_children),
+    FeaturePart("next_fire", next_fire),
+)
+"""The features the statement applies, in order: the children a parent waits for, a
+schedule's next fire. (A signal
 wait needs no part: the finish itself parks the job, reading the row's ``signals``.) A
 lane's hand-on and a child telling its parent are not parts: they must follow every way to
 a terminal state, so they are terminal effects (the trigger, migrations 0006 and 0007)."""

@@ -17,6 +17,7 @@ from . import (
     heartbeat,
     locks,
     recovery,
+    schedules,
     waits,
     workers,
 )
@@ -43,6 +44,10 @@ class WorkerSQL:
         self.take_lock = locks.take_lock(schema)
         self.admit = admission.admit(schema)
         self.children_of = waits.children_of(schema)
+        self.store_schedules = schedules.store_schedules(schema)
+        self.unfired_schedules = schedules.unfired_schedules(schema)
+        self.lock_schedules = schedules.lock_schedules(schema)
+        self.enqueue_fires = schedules.enqueue_fires(schema)
         self.release_lock = locks.release_lock(schema)
         self.select_expired = recovery.select_expired(schema)
         self.finish_expired = recovery.finish_expired(schema)

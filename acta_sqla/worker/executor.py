@@ -38,7 +38,7 @@ from ..context import Context
 from ..errors import Cancel, Fail, Retry
 from ..policy import Policy
 from ..settings import MAX_RESULT_BYTES, ActaSettings, Timings
-from ..values import Completion, Outcome
+from ..values import ClaimedJob, Completion, Outcome
 from ..waits import WaitForChildren, WaitForSignal, children_from_json
 from . import completions
 from .clock import Clock
@@ -124,6 +124,7 @@ class Executor:
         lock_store: LockStore | None = None,
         lease: float = DEFAULT_LEASE_SECONDS,
         children_of: Callable[[int], Awaitable[str | None]] | None = None,
+        chain: Callable[[ClaimedJob, Completion], Completion] | None = None,
     ) -> None:
         self.handlers = handlers
         self.policies = policies
@@ -141,6 +142,8 @@ class Executor:
         self.lease = lease
         """The worker's lease (from its heartbeat interval): part of the overrun cap."""
         self.children_of = children_of
+        self.chain = chain
+        """Adds a schedule's next fire to a fire's completion (None: no schedules here)."""
         """Reads ``ctx.children`` for a run that follows a wait (None: no database)."""
         self._warned_kinds: set[str] = set()
 
@@ -169,6 +172,8 @@ class Executor:
             )
             policy = self.policies(entry.job.kind)
             completion = completions.failed(entry.job, policy, error_fields(exc), None)
+        if entry.job.schedule_name is not None and self.chain is not None:
+            completion = self.chain(entry.job, completion)
         entry.state = EntryState.FINALIZING
         try:
             self.completed.put_nowait(completion)
@@ -220,6 +225,7 @@ class Executor:
             namespace=self.namespace,
             worker_id=self.worker_id(),
             resumed=job.resumed,
+            scheduled_at=job.scheduled_at,
             children=children,
             signals_json=job.signals_json,
             _locker=Locker(self.lock_store, entry, self.clock) if self.lock_store else None,

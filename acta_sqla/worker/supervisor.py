@@ -16,6 +16,7 @@ import asyncio
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from loguru import logger
@@ -26,6 +27,7 @@ from ..database import database_url
 from ..errors import ConfigurationError, StoreUnavailable
 from ..listener import Listener
 from ..policy import Policy
+from ..schedules import successor_feature
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
     DEFAULT_GRACE_SECONDS,
@@ -33,7 +35,7 @@ from ..settings import (
     load_settings,
 )
 from ..store import WorkerStore, app_name
-from ..values import Completion, Outcome
+from ..values import ClaimedJob, Completion, Outcome
 from .admission import Admission
 from .claimer import Claimer
 from .clock import Clock
@@ -144,6 +146,7 @@ class Worker:
                     {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
                 )
                 await self.reload_definitions()
+                await self._store_schedules(store)
                 return
             except StoreUnavailable as exc:
                 log.bind(event="database_unavailable").warning(
@@ -154,6 +157,33 @@ class Worker:
                 delay = min(delay * 2, 30.0)
             finally:
                 await connecting
+
+    async def _store_schedules(self, store: WorkerStore) -> None:
+        """Store this code's schedules (dropping those it no longer declares) and give each
+        a pending fire if it has none."""
+        schedules = self.acta.schedules
+        dropped = await store.store_schedules(list(schedules.values()))
+        if dropped:
+            log.bind(event="schedules_dropped", names=dropped).info(
+                "schedules no longer declared, stopped: {}", ", ".join(dropped)
+            )
+        if schedules:
+            await self._ensure_fires(store)
+
+    async def _ensure_fires(self, store: WorkerStore) -> None:
+        for name, tick in await store.ensure_fires(self.acta.schedules):
+            log.bind(event="schedule_fire_enqueued", schedule=name).info(
+                "schedule {!r}: next fire at {}", name, tick.isoformat()
+            )
+
+    def _chain(self, job: ClaimedJob, completion: Completion) -> Completion:
+        """A fire's completion carries the schedule's next fire (if this code declares the
+        schedule: a worker whose code dropped it ends the chain)."""
+        schedule = self.acta.schedules.get(job.schedule_name or "")
+        if schedule is None or job.scheduled_at is None:
+            return completion
+        nxt = successor_feature(schedule, self.namespace, job.scheduled_at, datetime.now(UTC))
+        return completion._replace(features={**(completion.features or {}), "next": nxt})
 
     async def start(self) -> None:
         self.store = store = await self._connect()
@@ -193,6 +223,7 @@ class Worker:
                     lock_store=store,
                     lease=self.timings.lease,
                     children_of=store.children_of,
+                    chain=self._chain if self.acta.schedules else None,
                 )
                 for _ in range(self.executors_count)
             ],
@@ -463,6 +494,10 @@ class Worker:
         self._recovering = True
         try:
             await run_recovery(self.store)
+            if self.acta.schedules:
+                # A chain broken by a path that wrote no completion of a fire (an
+                # operator's cancel of a pending fire, a fire failed by recovery).
+                await self._ensure_fires(self.store)
         except Exception as exc:
             log.bind(event="recovery_failed").warning("recovery pass failed: {}", exc)
         finally:

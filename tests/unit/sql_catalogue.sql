@@ -40,12 +40,12 @@ claimed AS (
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
               j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
-              j.run_at, j.suspect
+              j.schedule_name, j.scheduled_at, j.run_at, j.suspect
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
        c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
-       c.resumed, c.suspect AS alone, w.suspect_due
+       c.resumed, c.schedule_name, c.scheduled_at, c.suspect AS alone, w.suspect_due
 FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
 LEFT JOIN claimed c ON true
 ORDER BY c.priority, c.run_at, c.id;
@@ -78,12 +78,12 @@ claimed AS (
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
               j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
-              j.run_at
+              j.schedule_name, j.scheduled_at, j.run_at
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
        concurrency_key, rate_key, lane_key, parent_id, signals, resumed,
-       false AS alone
+       schedule_name, scheduled_at, false AS alone
 FROM claimed ORDER BY priority, run_at, id;
 
 -- claim.next_due_in: Seconds until the next ready row of namespace $1 is due (None: none is
@@ -185,8 +185,46 @@ spawn AS (
     JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
     CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
         WITH ORDINALITY AS x(v, ord)
-    ORDER BY d.id, x.ord)
+    ORDER BY d.id, x.ord),
+next_fire AS (
+    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+    SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+           sc.name, (f.features->'next'->>'tick')::timestamptz
+    FROM f
+    JOIN done AS d ON d.id = f.job_id
+    JOIN "acta".schedule AS sc
+      ON sc.namespace = f.features->'next'->>'namespace'
+     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+    WHERE NOT EXISTS (
+        SELECT 1 FROM "acta".job AS later
+        WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
+          AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+    )
+    ON CONFLICT DO NOTHING)
 SELECT id, status FROM done;
+
+-- complete.next_fire: ``next_fire``: the fire that follows a schedule's fire, enqueued by the
+--   fire's completion in the same statement, so a fire and its successor commit together (a fire
+--   that fails still schedules the next tick). Input: ``f.features->'next'`` (namespace, schedule,
+--   this fire's tick ``after``, the next ``tick``: ``schedules.successor_feature``). Guard: only
+--   for a fire the fenced finish applied, only while the schedule is stored and enabled, and only
+--   by the fire's FIRST completion (no fire of the schedule after this one's tick exists yet: a
+--   retried fire's later completions enqueue nothing); the tick's unique key
+--   (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10).
+INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+       sc.name, (f.features->'next'->>'tick')::timestamptz
+FROM f
+JOIN done AS d ON d.id = f.job_id
+JOIN "acta".schedule AS sc
+  ON sc.namespace = f.features->'next'->>'namespace'
+ AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+WHERE NOT EXISTS (
+    SELECT 1 FROM "acta".job AS later
+    WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
+      AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+)
+ON CONFLICT DO NOTHING;
 
 -- complete.spawn_children: ``spawn``: the children of a parent that returned ``WaitForChildren``,
 --   inserted in spawn order with ``parent_id`` set, in the same statement that parks the parent
@@ -397,7 +435,22 @@ spawn AS (
     JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
     CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
         WITH ORDINALITY AS x(v, ord)
-    ORDER BY d.id, x.ord)
+    ORDER BY d.id, x.ord),
+next_fire AS (
+    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+    SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+           sc.name, (f.features->'next'->>'tick')::timestamptz
+    FROM f
+    JOIN done AS d ON d.id = f.job_id
+    JOIN "acta".schedule AS sc
+      ON sc.namespace = f.features->'next'->>'namespace'
+     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+    WHERE NOT EXISTS (
+        SELECT 1 FROM "acta".job AS later
+        WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
+          AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+    )
+    ON CONFLICT DO NOTHING)
 SELECT id, status FROM done;
 
 -- recovery.mark_dead_workers: Recovery, step 2: workers silent for 7 of their own beats are dead
@@ -709,6 +762,74 @@ SELECT json_agg(json_build_array(id, kind, status, result, last_error)
                 ORDER BY id)::text
 FROM "acta".job WHERE parent_id = $1;
 
+-- schedules.enqueue_fires: Enqueue fire $3[i] (a tick) of schedule $2[i] of namespace $1, under the
+--   locks :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled, and
+--   it has no pending fire and no fire at or after that tick (a fire's completion may have enqueued
+--   its successor meanwhile); the tick's unique key makes a second insert of one tick a no-op.
+--   Answers the fires enqueued (name, tick).
+INSERT INTO "acta".job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at)
+SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick
+FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
+JOIN "acta".schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
+WHERE NOT EXISTS (
+    SELECT 1 FROM "acta".job AS o
+    WHERE o.namespace = $1 AND o.schedule_name = x.name
+      AND (o.status IN ('ready', 'executing', 'waiting') OR o.scheduled_at >= x.tick)
+)
+ON CONFLICT DO NOTHING
+RETURNING j.schedule_name, j.scheduled_at;
+
+-- schedules.lock_schedules: The transaction locks of schedules $2 of namespace $1, in one order (no
+--   deadlock between two workers). A statement of its own: the next one then reads what a writer
+--   that held a lock committed.
+SELECT count(pg_advisory_xact_lock(hashtextextended('acta.schedule' || chr(31) || $1 || chr(31) || n, 0)))
+FROM (SELECT unnest($2::text[]) AS n ORDER BY 1) AS x;
+
+-- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
+--   parallel arrays: name, cron, timezone, kind, args, missed), and drop the namespace's schedules
+--   the code no longer declares, cancelling their pending fires that have not started. A paused
+--   schedule stays paused. Answers the names dropped.
+WITH d AS (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                         $7::text[]) AS d(name, cron, timezone, kind, args, missed)
+),
+up AS (
+    INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed)
+    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed FROM d
+    ON CONFLICT (namespace, name) DO UPDATE
+        SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
+            args = excluded.args, missed = excluded.missed
+        WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed) IS DISTINCT FROM
+              (excluded.cron, excluded.timezone, excluded.kind, excluded.args,
+               excluded.missed)
+    RETURNING 1
+),
+gone AS (
+    DELETE FROM "acta".schedule AS sc
+    WHERE sc.namespace = $1 AND sc.name <> ALL ($2::text[])
+    RETURNING sc.name
+),
+stopped AS (
+    UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
+    WHERE j.namespace = $1 AND j.schedule_name IN (SELECT name FROM gone)
+      AND j.status = 'ready'
+    RETURNING 1
+)
+SELECT name FROM gone;
+
+-- schedules.unfired_schedules: Namespace $1's enabled schedules with no pending fire (none ready,
+--   executing or waiting), each with its latest fire's tick (NULL: it never fired): the fires to
+--   enqueue are computed from these in Python. By ``job_schedule_tick_key``.
+SELECT sc.name,
+       (SELECT max(j.scheduled_at) FROM "acta".job AS j
+        WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+FROM "acta".schedule AS sc
+WHERE sc.namespace = $1 AND sc.enabled
+  AND NOT EXISTS (
+      SELECT 1 FROM "acta".job AS j
+      WHERE j.namespace = $1 AND j.schedule_name = sc.name AND j.status IN ('ready', 'executing', 'waiting')
+  );
+
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once.
 UPDATE acta.job SET status=%(status)s, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
@@ -719,7 +840,7 @@ FROM (SELECT unnest(%(namespace)s::TEXT[]) AS namespace, unnest(%(kind)s::TEXT[]
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, suspect, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
+INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, suspect, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
 
 -- session.job_status: One job's status (cancel tells a finished job from a missing one).
 SELECT acta.job.status
@@ -736,7 +857,7 @@ UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTE
 
 -- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
 --   (enqueue returns it).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(unique_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
 
@@ -799,8 +920,13 @@ SELECT acta.job.worker_id, count(*) AS count_1
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_1)s GROUP BY acta.job.worker_id;
 
+-- inspect.job_children: A parent's children in spawn order (by ``job_parent_idx``).
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+FROM acta.job
+WHERE acta.job.parent_id = %(parent_id_1)s::BIGINT ORDER BY acta.job.id;
+
 -- inspect.job_detail: One job in full.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.cancel_requested
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.cancel_requested, acta.job.awaited_signal, acta.job.pending_children, acta.job.signals, acta.job.resumed
 FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT;
 
@@ -958,6 +1084,8 @@ CREATE TABLE acta.job (
 	pending_children INTEGER DEFAULT '0' NOT NULL,
 	awaited_signal TEXT,
 	signals JSONB,
+	schedule_name TEXT,
+	scheduled_at TIMESTAMP WITH TIME ZONE,
 	resumed TEXT,
 	result JSONB,
 	last_error JSONB,
@@ -992,6 +1120,9 @@ CREATE INDEX job_parent_idx ON acta.job (parent_id) WHERE parent_id IS NOT NULL;
 
 -- ddl.index.job_prune_idx
 CREATE INDEX job_prune_idx ON acta.job (namespace, kind, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
+
+-- ddl.index.job_schedule_tick_key
+CREATE UNIQUE INDEX job_schedule_tick_key ON acta.job (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT NULL;
 
 -- ddl.index.job_suspect_idx
 CREATE INDEX job_suspect_idx ON acta.job (namespace, priority, run_at, id) WHERE status = 'ready' AND suspect;
@@ -1042,7 +1173,7 @@ CREATE TABLE acta.schedule (
 	timezone TEXT DEFAULT 'UTC' NOT NULL,
 	kind TEXT NOT NULL,
 	args JSONB DEFAULT '{}' NOT NULL,
-	missed TEXT DEFAULT 'once' NOT NULL,
+	missed TEXT DEFAULT 'latest' NOT NULL,
 	enabled BOOLEAN DEFAULT 'true' NOT NULL,
 	next_fire_at TIMESTAMP WITH TIME ZONE,
 	last_fired_at TIMESTAMP WITH TIME ZONE,

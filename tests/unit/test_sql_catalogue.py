@@ -37,6 +37,7 @@ from acta_sqla.queries import (
     heartbeat,
     locks,
     recovery,
+    schedules,
     session,
     waits,
     workers,
@@ -61,6 +62,7 @@ TEXT_MODULES: tuple[ModuleType, ...] = (
     admin,
     doctor,
     waits,
+    schedules,
 )
 """Plain-SQL builders: each public function takes the schema (and maybe the version table
 name) and returns the statement's text."""
@@ -101,6 +103,7 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     ),
     "inspect.job_detail": lambda: inspect_q.job_detail(1),
     "inspect.job_executions": lambda: inspect_q.job_executions(1),
+    "inspect.job_children": lambda: inspect_q.job_children(1),
     "inspect.estimate_jobs": lambda: inspect_q.estimate_jobs("default", JobStatus.FAILED, "k"),
     "inspect.active_depth": lambda: inspect_q.active_depth("default"),
     "inspect.finished_since": lambda: inspect_q.finished_since("default", 3600.0),

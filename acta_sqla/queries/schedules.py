@@ -1,0 +1,174 @@
+"""Recurring schedules, the worker's side: store the code's schedules, find those with no
+pending fire, enqueue a fire under the schedule's lock. (A fire's successor is a part of
+``complete_executions``: ``complete.next_fire``.)
+
+Each builder returns SQL text with asyncpg ``$n`` parameters for one schema; ``WorkerSQL``
+renders them once per worker. No SQLAlchemy here."""
+
+from __future__ import annotations
+
+from ._render import ACTIVE, quote
+
+LOCK = (
+    "pg_advisory_xact_lock(hashtextextended("
+    "'acta.schedule' || chr(31) || $1 || chr(31) || {name}, 0))"
+)
+"""A schedule's transaction lock: taken by every writer that may enqueue a fire without a
+fire of its own to fence it (start-up, recovery, ``acta schedules resume``)."""
+
+
+def store_schedules(schema: str) -> str:
+    """Store namespace $1's schedules as the code declares them ($2.. parallel arrays:
+    name, cron, timezone, kind, args, missed), and drop the namespace's schedules the code
+    no longer declares, cancelling their pending fires that have not started. A paused
+    schedule stays paused. Answers the names dropped."""
+    s = quote(schema)
+    return f"""
+        WITH d AS (
+            SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                 $7::text[]) AS d(name, cron, timezone, kind, args, missed)
+        ),
+        up AS (
+            INSERT INTO {s}.schedule AS sc (namespace, name, cron, timezone, kind, args, missed)
+            SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed FROM d
+            ON CONFLICT (namespace, name) DO UPDATE
+                SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
+                    args = excluded.args, missed = excluded.missed
+                WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed) IS DISTINCT FROM
+                      (excluded.cron, excluded.timezone, excluded.kind, excluded.args,
+                       excluded.missed)
+            RETURNING 1
+        ),
+        gone AS (
+            DELETE FROM {s}.schedule AS sc
+            WHERE sc.namespace = $1 AND sc.name <> ALL ($2::text[])
+            RETURNING sc.name
+        ),
+        stopped AS (
+            UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
+            WHERE j.namespace = $1 AND j.schedule_name IN (SELECT name FROM gone)
+              AND j.status = 'ready'
+            RETURNING 1
+        )
+        SELECT name FROM gone"""
+
+
+def unfired_schedules(schema: str) -> str:
+    """Namespace $1's enabled schedules with no pending fire (none ready, executing or
+    waiting), each with its latest fire's tick (NULL: it never fired): the fires to enqueue
+    are computed from these in Python. By ``job_schedule_tick_key``."""
+    s = quote(schema)
+    return f"""
+        SELECT sc.name,
+               (SELECT max(j.scheduled_at) FROM {s}.job AS j
+                WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+        FROM {s}.schedule AS sc
+        WHERE sc.namespace = $1 AND sc.enabled
+          AND NOT EXISTS (
+              SELECT 1 FROM {s}.job AS j
+              WHERE j.namespace = $1 AND j.schedule_name = sc.name AND j.status IN {ACTIVE}
+          )"""
+
+
+def lock_schedules(schema: str) -> str:
+    """The transaction locks of schedules $2 of namespace $1, in one order (no deadlock
+    between two workers). A statement of its own: the next one then reads what a writer
+    that held a lock committed."""
+    return f"""
+        SELECT count({LOCK.format(name="n")})
+        FROM (SELECT unnest($2::text[]) AS n ORDER BY 1) AS x"""
+
+
+def enqueue_fires(schema: str) -> str:
+    """Enqueue fire $3[i] (a tick) of schedule $2[i] of namespace $1, under the locks
+    :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled,
+    and it has no pending fire and no fire at or after that tick (a fire's completion may
+    have enqueued its successor meanwhile); the tick's unique key makes a second insert of
+    one tick a no-op. Answers the fires enqueued (name, tick)."""
+    s = quote(schema)
+    return f"""
+        INSERT INTO {s}.job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at)
+        SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick
+        FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
+        JOIN {s}.schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {s}.job AS o
+            WHERE o.namespace = $1 AND o.schedule_name = x.name
+              AND (o.status IN {ACTIVE} OR o.scheduled_at >= x.tick)
+        )
+        ON CONFLICT DO NOTHING
+        RETURNING j.schedule_name, j.scheduled_at"""
+
+
+# ------------------------------------------------------------------ the operator's side
+
+
+def list_schedules(schema: str) -> str:
+    """``acta schedules ls``: namespace $1's schedules with their pending fire (next) and
+    their latest finished fire (its tick and status). By ``job_schedule_tick_key``."""
+    s = quote(schema)
+    return f"""
+        SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+               (SELECT min(j.scheduled_at) FROM {s}.job AS j
+                WHERE j.namespace = $1 AND j.schedule_name = sc.name
+                  AND j.status IN {ACTIVE}) AS next_fire,
+               last.scheduled_at AS last_fire, last.status AS last_status
+        FROM {s}.schedule AS sc
+        LEFT JOIN LATERAL (
+            SELECT j.scheduled_at, j.status FROM {s}.job AS j
+            WHERE j.namespace = $1 AND j.schedule_name = sc.name
+              AND j.status NOT IN {ACTIVE}
+            ORDER BY j.scheduled_at DESC LIMIT 1
+        ) AS last ON true
+        WHERE sc.namespace = $1
+        ORDER BY sc.name"""
+
+
+def schedule_row(schema: str) -> str:
+    """One stored schedule ($1 namespace, $2 name), and its latest fire's tick."""
+    s = quote(schema)
+    return f"""
+        SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args, sc.missed,
+               sc.enabled,
+               (SELECT max(j.scheduled_at) FROM {s}.job AS j
+                WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+        FROM {s}.schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2"""
+
+
+def pause_schedule(schema: str) -> str:
+    """Pause schedule $2 of namespace $1: no fire from now on (a running one finishes);
+    its pending fire that has not started is cancelled. Answers the schedule's name."""
+    s = quote(schema)
+    return f"""
+        WITH paused AS (
+            UPDATE {s}.schedule SET enabled = false WHERE namespace = $1 AND name = $2
+            RETURNING name
+        ),
+        pending AS (
+            UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
+            WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.status = 'ready'
+              AND EXISTS (SELECT 1 FROM paused)
+            RETURNING 1
+        )
+        SELECT name FROM paused"""
+
+
+def resume_schedule(schema: str) -> str:
+    """Resume schedule $2 of namespace $1 (its next fire is enqueued with
+    :func:`enqueue_fires`, in the same transaction). Answers the schedule's name."""
+    s = quote(schema)
+    return f"""
+        UPDATE {s}.schedule SET enabled = true WHERE namespace = $1 AND name = $2
+        RETURNING name"""
+
+
+def run_schedule_now(schema: str) -> str:
+    """``acta schedules run``: one extra fire of schedule $2 of namespace $1, due now, its
+    ``scheduled_at`` now. Not part of the chain (no ``schedule_name``): the cadence is not
+    disturbed. Answers the new job's id."""
+    s = quote(schema)
+    return f"""
+        INSERT INTO {s}.job (namespace, kind, args, scheduled_at)
+        SELECT sc.namespace, sc.kind, sc.args, now() FROM {s}.schedule AS sc
+        WHERE sc.namespace = $1 AND sc.name = $2
+        RETURNING id"""

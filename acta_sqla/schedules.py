@@ -1,0 +1,199 @@
+"""Recurring schedules: ``acta.schedule(name, cron, handler, ...)`` (docs/schedules.md).
+
+A schedule's fires are jobs of its handler's kind, one per tick, each unique per
+(namespace, schedule, tick) in the database. The chain: exactly one fire is pending at a
+time; the first completion of a fire enqueues the following one in the same
+``complete_executions`` statement (queries/complete.py, part ``next_fire``), and a worker
+that finds a schedule with no pending fire (at start-up, and on every recovery pass)
+enqueues one under the schedule's advisory lock. The cron arithmetic is here, in Python
+(croniter); the statements only apply it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .errors import ConfigurationError, InvalidJob
+
+if TYPE_CHECKING:
+    from .handler import Handler
+
+Missed = Literal["latest", "skip", "all"]
+MISSED_POLICIES: tuple[str, ...] = ("latest", "skip", "all")
+"""What a schedule does about ticks that passed without their fire (no worker ran, or a
+fire was held up by its worker's crash until recovery): ``latest`` (the default) fires
+once for the latest missed tick, at once, then keeps its cadence; ``skip`` fires next at
+the first tick still to come; ``all`` fires every missed tick, oldest first, one after
+the other (each fire's completion enqueues the next), up to ``MAX_CATCH_UP`` ticks behind
+(further behind, it catches up from the latest). Never two fires at once."""
+
+MAX_CATCH_UP = 100
+"""``missed="all"``: the most ticks a schedule catches up one by one."""
+
+MAX_NAME = 200
+
+
+def _croniter() -> Any:
+    from croniter import croniter  # imported when a schedule is declared or computed
+
+    return croniter
+
+
+def croniter_expression(cron: str) -> str:
+    """acta's cron (5 fields, or 6 with a LEADING seconds field) as croniter takes it
+    (seconds as a trailing sixth field)."""
+    fields_ = cron.split()
+    if len(fields_) == 6:
+        return " ".join([*fields_[1:], fields_[0]])
+    return " ".join(fields_)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One declared schedule (validated at declaration)."""
+
+    name: str
+    cron: str
+    kind: str
+    timezone: str = "UTC"
+    args: dict[str, Any] = field(default_factory=dict)
+    missed: str = "latest"
+
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def next_after(self, moment: datetime) -> datetime:
+        """The first tick strictly after ``moment``, in UTC (computed in the schedule's
+        timezone, so a daily 09:00 stays 09:00 local across DST changes)."""
+        local = moment.astimezone(self.zone())
+        it = _croniter()(croniter_expression(self.cron), local)
+        tick: datetime = it.get_next(datetime)
+        return tick.astimezone(UTC)
+
+    def latest_at_or_before(self, moment: datetime) -> datetime:
+        """The last tick at or before ``moment``, in UTC."""
+        local = moment.astimezone(self.zone())
+        it = _croniter()(croniter_expression(self.cron), local)
+        tick: datetime = it.get_prev(datetime)
+        following = self.next_after(tick)
+        return following if following <= moment else tick.astimezone(UTC)
+
+    def successor(self, tick: datetime, now: datetime) -> datetime:
+        """The fire that follows the fire of ``tick``, the time being ``now``: the next tick
+        if it is still to come; else (ticks were missed) by the missed policy: ``latest``
+        fires once for the latest missed tick (due now), ``skip`` at the next tick to come."""
+        following = self.next_after(tick)
+        if following > now:
+            return following
+        if self.missed == "skip":
+            return self.next_after(now)
+        if self.missed == "all":
+            behind, probe = 0, following
+            while probe <= now and behind <= MAX_CATCH_UP:
+                behind += 1
+                probe = self.next_after(probe)
+            if behind <= MAX_CATCH_UP:
+                return following
+        return self.latest_at_or_before(now)
+
+    def first(self, now: datetime) -> datetime:
+        """The first fire of a schedule that never fired: its next tick (no catch-up for the
+        time before it was declared)."""
+        return self.next_after(now)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "kind": self.kind,
+            "args": json.dumps(self.args, separators=(",", ":"), sort_keys=True),
+            "missed": self.missed,
+        }
+
+
+def declare(
+    name: str,
+    cron: str,
+    handler: Handler[Any, Any],
+    *,
+    args: dict[str, Any] | None = None,
+    timezone: str = "UTC",
+    missed: str = "latest",
+) -> Schedule:
+    """A validated schedule; ``ConfigurationError`` naming the schedule and the value."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+        raise ConfigurationError(
+            f"schedule name must be a non-empty string of at most {MAX_NAME} characters, "
+            f"got {name!r}"
+        )
+    where = f"schedule {name!r}"
+    if not isinstance(cron, str) or len(cron.split()) not in (5, 6):
+        raise ConfigurationError(
+            f"{where}: cron={cron!r} must have 5 fields (minute hour day month weekday) or 6 "
+            "with a leading seconds field, e.g. '0 9 * * 1-5' or '*/10 * * * * *'"
+        )
+    if not _croniter().is_valid(croniter_expression(cron)):
+        raise ConfigurationError(f"{where}: cron={cron!r} is not a valid cron expression")
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ConfigurationError(
+            f"{where}: timezone={timezone!r} is not an IANA time zone (e.g. 'UTC', "
+            "'Europe/Berlin', 'America/New_York')"
+        ) from None
+    if missed not in MISSED_POLICIES:
+        raise ConfigurationError(
+            f"{where}: missed={missed!r} must be one of {', '.join(MISSED_POLICIES)}"
+        )
+    from .handler import Handler
+
+    if not isinstance(handler, Handler):
+        raise ConfigurationError(
+            f"{where}: handler must be a function registered with @acta.job, got {handler!r}"
+        )
+    try:
+        validated = handler.validate_args(dict(args or {}))
+    except InvalidJob as exc:
+        raise ConfigurationError(f"{where}: args: {exc}") from None
+    return Schedule(name, " ".join(cron.split()), handler.kind, timezone, validated, missed)
+
+
+def successor_feature(
+    schedule: Schedule, namespace: str, tick: datetime, now: datetime
+) -> dict[str, Any]:
+    """A fire's completion input for the ``next_fire`` part: which schedule, this fire's
+    tick, and the following tick."""
+    return {
+        "namespace": namespace,
+        "schedule": schedule.name,
+        "after": tick.isoformat(),
+        "tick": schedule.successor(tick, now).isoformat(),
+    }
+
+
+# ------------------------------------------------------------------ the operator's side
+
+
+async def resume(conn: Any, schema: str, namespace: str, name: str) -> datetime | None:
+    """Resume a paused schedule and enqueue its next fire (by its missed policy, from its
+    latest fire), in one transaction on an asyncpg connection; the new fire's tick, or None
+    if the schedule does not exist. A worker's code is not needed: the stored cron is."""
+    from .queries import schedules as q
+
+    async with conn.transaction():
+        row = await conn.fetchrow(q.schedule_row(schema), namespace, name)
+        if row is None:
+            return None
+        spec = Schedule(row["name"], row["cron"], row["kind"], row["timezone"], {}, row["missed"])
+        now = datetime.now(UTC)
+        last = row["last_tick"]
+        tick = spec.first(now) if last is None else spec.successor(last, now)
+        await conn.fetch(q.resume_schedule(schema), namespace, name)
+        await conn.fetch(q.lock_schedules(schema), namespace, [name])
+        inserted = await conn.fetch(q.enqueue_fires(schema), namespace, [name], [tick])
+    return inserted[0][1] if inserted else tick

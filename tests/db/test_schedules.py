@@ -1,0 +1,138 @@
+"""Schedules in the database: storing them, the first fire, a fire's completion enqueuing
+its successor in the same batch, once (I10), and two workers racing at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from acta_sqla import Acta, Context
+from acta_sqla.policy import Policy
+from acta_sqla.schedules import successor_feature
+from acta_sqla.store import WorkerStore
+from acta_sqla.values import ClaimedJob
+from acta_sqla.worker import completions
+from tests.db.conftest import new_store
+
+APP = Acta()
+
+
+@APP.job()
+async def tick(ctx: Context, label: str = "x") -> None: ...
+
+
+MINUTELY = APP.schedule("minutely", "* * * * *", tick, args={"label": "m"})
+SCHEDULES = {"minutely": MINUTELY}
+
+
+async def fires(conn: asyncpg.Connection) -> list[tuple[str, datetime, str]]:
+    rows = await conn.fetch(
+        "SELECT schedule_name, scheduled_at, status FROM acta.job "
+        "WHERE schedule_name IS NOT NULL ORDER BY scheduled_at"
+    )
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+async def claim_fire(conn: asyncpg.Connection, store: WorkerStore) -> ClaimedJob:
+    # Make the pending fire due now, then claim it.
+    await conn.execute(
+        "UPDATE acta.job SET run_at = now() WHERE schedule_name IS NOT NULL AND status = 'ready'"
+    )
+    [job] = await store.claim_jobs(10)
+    return job
+
+
+def chained(job: ClaimedJob, completion: completions.Completion) -> completions.Completion:
+    assert job.scheduled_at is not None
+    feature = successor_feature(MINUTELY, "default", job.scheduled_at, datetime.now(UTC))
+    return completion._replace(features={"next": feature})
+
+
+async def test_start_up_stores_the_schedule_and_enqueues_its_next_tick(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    assert await store.store_schedules([MINUTELY]) == []
+    [(name, at)] = await store.ensure_fires(SCHEDULES)
+    assert name == "minutely" and at.second == 0 and at > datetime.now(UTC)
+    row = await conn.fetchrow(
+        "SELECT kind, args::text, run_at = scheduled_at AS due_at_tick FROM acta.job"
+    )
+    assert (row["kind"], row["args"], row["due_at_tick"]) == ("tick", '{"label": "m"}', True)
+    # A second ensure finds the pending fire: nothing more.
+    assert await store.ensure_fires(SCHEDULES) == []
+
+
+async def test_a_fire_and_its_successor_commit_in_one_batch_once(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await store.store_schedules([MINUTELY])
+    await store.ensure_fires(SCHEDULES)
+    fire = await claim_fire(conn, store)
+    assert fire.schedule_name == "minutely" and fire.scheduled_at is not None
+    await conn.execute("INSERT INTO acta.job (kind) VALUES ('other')")
+    other = next(j for j in await store.claim_jobs(10) if j.kind == "other")
+    err = completions.ErrorFields("E", "m", "")
+    # A retry of the fire, in a batch with a plain completion: the successor comes with it.
+    retry = chained(fire, completions.failed(fire, Policy(max_attempts=3), err, 0.1))
+    assert await store.complete_executions([retry, completions.succeeded(other, None, 0.1)]) == {
+        fire.id,
+        other.id,
+    }
+    after = await fires(conn)
+    assert [(n, s) for n, _, s in after] == [("minutely", "ready"), ("minutely", "ready")]
+    assert after[1][1] - after[0][1] == timedelta(minutes=1)
+    # The same completion again (a repeat) is fenced out; the retried fire's next
+    # completion, a success, finds the successor there and enqueues no other.
+    assert await store.complete_executions([retry]) == set()
+    again = [j for j in await store.claim_jobs(10) if j.id == fire.id]
+    if not again:  # its retry is not due yet: make it due
+        await conn.execute("UPDATE acta.job SET run_at = now() WHERE id = $1", fire.id)
+        again = [j for j in await store.claim_jobs(10) if j.id == fire.id]
+    [second] = again
+    await store.complete_executions([chained(second, completions.succeeded(second, None, 0.1))])
+    assert [s for _, _, s in await fires(conn)] == ["succeeded", "ready"]
+
+
+async def test_a_failed_fire_still_schedules_the_next_tick(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await store.store_schedules([MINUTELY])
+    await store.ensure_fires(SCHEDULES)
+    fire = await claim_fire(conn, store)
+    err = completions.ErrorFields("E", "m", "")
+    await store.complete_executions([chained(fire, completions.fail_now(fire, err, 0.1))])
+    assert [s for _, _, s in await fires(conn)] == ["failed", "ready"]
+
+
+async def test_a_paused_or_dropped_schedule_gets_no_successor(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await store.store_schedules([MINUTELY])
+    await store.ensure_fires(SCHEDULES)
+    fire = await claim_fire(conn, store)
+    await conn.execute("UPDATE acta.schedule SET enabled = false")
+    await store.complete_executions([chained(fire, completions.succeeded(fire, None, 0.1))])
+    assert [s for _, _, s in await fires(conn)] == ["succeeded"]
+    assert await store.ensure_fires(SCHEDULES) == []  # paused: nothing
+    # Code that no longer declares it drops it, cancelling a pending fire.
+    await conn.execute("UPDATE acta.schedule SET enabled = true")
+    await store.ensure_fires(SCHEDULES)
+    assert await store.store_schedules([]) == ["minutely"]
+    assert [s for _, _, s in await fires(conn)] == ["succeeded", "cancelled"]
+
+
+async def test_two_workers_starting_at_once_enqueue_one_fire(
+    db: str, conn: asyncpg.Connection
+) -> None:
+    stores = [await new_store(db), await new_store(db)]
+    try:
+        await asyncio.gather(*(s.store_schedules([MINUTELY]) for s in stores))
+        for _ in range(5):
+            await asyncio.gather(*(s.ensure_fires(SCHEDULES) for s in stores))
+        assert len(await fires(conn)) == 1
+        assert await conn.fetchval("SELECT count(*) FROM acta.schedule") == 1
+    finally:
+        for s in stores:
+            await s.close()

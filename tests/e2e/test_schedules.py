@@ -1,0 +1,89 @@
+"""Schedules through the CLI against a real `acta worker`: ls, pause, resume, run, and
+mistakes as one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import Sql, Workers, acta_command, worker_env
+from tests.waiting import wait_for
+
+APP = "tests.e2e.app_schedules:acta"
+NAMESPACE = "sched"
+
+
+@pytest.fixture
+def worker(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Workers]:
+    with Workers(APP, db, sql, runs_log, tmp_path, ready=True) as started:
+        started()
+        yield started
+
+
+def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*acta_command(), *args],
+        env=worker_env(db, ACTA_NAMESPACE=NAMESPACE),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def count(sql: Sql, where: str) -> int:
+    return int(sql(f"SELECT count(*) FROM acta.job WHERE {where}")[0][0])
+
+
+def test_pause_resume_and_run_a_schedule_from_the_cli(
+    db: str, sql: Sql, worker: Workers, tmp_path: Path
+) -> None:
+    wait_for(
+        lambda: count(sql, "schedule_name IS NOT NULL AND status = 'succeeded'") >= 2,
+        timeout=30,
+        what="two fires",
+    )
+    listed = acta(db, tmp_path, "schedules", "ls")
+    assert listed.returncode == 0, listed.stderr
+    line = next(x for x in listed.stdout.splitlines() if x.startswith("every-second"))
+    assert "* * * * * *" in line and "UTC" in line and "active" in line and "succeeded" in line
+
+    paused = acta(db, tmp_path, "schedules", "pause", "every-second")
+    assert paused.returncode == 0 and "paused" in paused.stdout, paused.stderr
+    # Nothing pending: the pending fire was cancelled and no successor comes.
+    wait_for(
+        lambda: count(sql, "schedule_name IS NOT NULL AND status IN ('ready', 'executing')") == 0,
+        what="no pending fire",
+    )
+    before = count(sql, "schedule_name IS NOT NULL")
+    assert "paused" in acta(db, tmp_path, "schedules", "ls").stdout
+
+    extra = acta(db, tmp_path, "schedules", "run", "every-second")
+    assert extra.returncode == 0 and "extra fire enqueued as job" in extra.stdout, extra.stderr
+    job = int(extra.stdout.split()[-1])
+    wait_for(lambda: count(sql, f"id = {job} AND status = 'succeeded'") == 1, what="the extra")
+    assert count(sql, "schedule_name IS NOT NULL") == before  # the chain is untouched
+
+    resumed = acta(db, tmp_path, "schedules", "resume", "every-second")
+    assert resumed.returncode == 0 and "next fire at" in resumed.stdout, resumed.stderr
+    wait_for(
+        lambda: count(sql, "schedule_name IS NOT NULL AND status = 'succeeded'") >= before + 1,
+        timeout=30,
+        what="fires again",
+    )
+
+
+def test_schedule_cli_mistakes_are_one_line_errors(db: str, sql: Sql, tmp_path: Path) -> None:
+    for args in (
+        ("schedules", "pause", "nope"),
+        ("schedules", "resume", "nope"),
+        ("schedules", "run", "nope"),
+    ):
+        out = acta(db, tmp_path, *args)
+        assert out.returncode != 0, args
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        assert f"acta schedules {args[1]}: no schedule 'nope' in namespace 'sched'" in lines[0]

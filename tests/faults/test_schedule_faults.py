@@ -1,0 +1,94 @@
+"""A 1-second schedule across three real `acta worker` processes, one SIGKILLed in the
+middle (short clocks: lease 2 s): every tick fires exactly once, in order, none lost
+(the schedule catches missed ticks up one by one: ``missed="all"``). Invariant I10."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import Sql, Workers, read_runs
+from tests.waiting import wait_for
+
+from . import oracle
+from .conftest import make_workers
+
+APP = "tests.e2e.app_schedules:acta"
+
+
+@pytest.fixture
+def start(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Workers]:
+    with make_workers(faults_db, sql, runs_log, tmp_path, app=APP) as workers:
+        yield workers
+
+
+def fired(sql: Sql) -> list[tuple[int, str]]:
+    rows = sql(
+        "SELECT extract(epoch FROM scheduled_at)::bigint, status FROM acta.job "
+        "WHERE schedule_name = 'every-second' ORDER BY scheduled_at"
+    )
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def one_fire_per_tick(r: oracle.Report, want: oracle.Expected) -> Iterator[str]:
+    """I10 from the run log: each run's tick belongs to one job only."""
+    owner: dict[str, int] = {}
+    for run in r.runs:
+        if run.event == "start" and run.key != "none":
+            first = owner.setdefault(run.key, run.job_id)
+            if first != run.job_id:
+                yield f"tick {run.key} ran as jobs {first} and {run.job_id}"
+
+
+def test_three_workers_fire_each_tick_once_through_a_sigkill(
+    sql: Sql, start: Workers, runs_log: Path
+) -> None:
+    workers = [start(), start(), start()]
+    wait_for(lambda: len(fired(sql)) >= 4, timeout=30, what="the first fires")
+    # Kill the worker running a fire, if one is caught running; else any.
+    victim = workers[0]
+    running = sql(
+        "SELECT w.pid FROM acta.job j JOIN acta.worker w ON w.id = j.worker_id "
+        "WHERE j.schedule_name IS NOT NULL AND j.status = 'executing'"
+    )
+    for w in workers:
+        if running and w.pid == running[0][0]:
+            victim = w
+    killed_at = victim.kill()
+    deadline = time.monotonic() + 6
+    wait_for(lambda: time.monotonic() > deadline, timeout=10, what="6 more seconds")
+    sql("UPDATE acta.schedule SET enabled = false")  # no new fire from here on
+    wait_for(
+        lambda: all(s != "executing" and s != "ready" for _, s in fired(sql)[:-1]),
+        timeout=30,
+        what="every fire but the last pending one to end",
+    )
+    ticks = fired(sql)
+    done = [t for t, s in ticks if s == "succeeded"]
+    assert len(done) >= 8, ticks
+    # Every tick from the first to the last finished one, exactly once, none missing.
+    assert done == list(range(done[0], done[0] + len(done))), ticks
+    report = oracle.check(
+        sql,
+        runs_log,
+        jobs=[
+            int(r[0])
+            for r in sql(
+                "SELECT id FROM acta.job WHERE schedule_name IS NOT NULL AND status = 'succeeded'"
+            )
+        ],
+        attempts=None,
+        killed={victim.pid: killed_at},
+        extra={"I10": one_fire_per_tick},
+    )
+    # In order: each tick's first run started after the previous tick's.
+    first_start: dict[int, float] = {}
+    for run in report.runs:
+        if run.event == "start" and run.key != "none":
+            first_start.setdefault(int(run.key), run.t)
+    starts = [first_start[t] for t in done if t in first_start]
+    assert starts == sorted(starts)
+    assert any(r.event == "start" for r in read_runs(runs_log) if r.pid != victim.pid)

@@ -1,0 +1,116 @@
+"""Schedules without a database: declaration errors, tick arithmetic across DST in a
+non-UTC zone, the leading seconds field, and the missed-tick policies."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from acta_sqla import Acta, ConfigurationError, Context
+
+app = Acta(namespace="sched")
+
+
+@app.job()
+async def report(ctx: Context, region: str = "eu") -> None: ...
+
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def at(*parts: int, tz: ZoneInfo | None = None) -> datetime:
+    return datetime(*parts, tzinfo=tz or UTC)  # type: ignore[misc]
+
+
+def test_a_daily_local_time_stays_local_across_both_dst_changes() -> None:
+    local = Acta(namespace="dst")
+    handler = local.job(kind="r")(report.fn)
+    s = local.schedule("daily", "0 9 * * *", handler, timezone="Europe/Berlin")
+    # Spring forward (2026-03-29): 09:00 CET -> CEST, UTC 08:00 -> 07:00.
+    before = s.next_after(at(2026, 3, 27, 12))
+    after = s.next_after(before)
+    assert before.astimezone(BERLIN).hour == 9 and after.astimezone(BERLIN).hour == 9
+    assert (before.hour, after.hour) == (8, 7)
+    assert after - before == timedelta(hours=23)
+    # Fall back (2026-10-25): a 25-hour day.
+    oct_before = s.next_after(at(2026, 10, 23, 12))
+    oct_after = s.next_after(oct_before)
+    assert oct_after - oct_before == timedelta(hours=25)
+    assert oct_after.astimezone(BERLIN).hour == 9
+
+
+def test_a_tick_in_the_skipped_hour_fires_once_that_day() -> None:
+    local = Acta(namespace="dst2")
+    handler = local.job(kind="r")(report.fn)
+    s = local.schedule("night", "30 2 * * *", handler, timezone="Europe/Berlin")
+    first = s.next_after(at(2026, 3, 28, 12))
+    second = s.next_after(first)
+    # 02:30 does not exist on 2026-03-29 in Berlin: one fire that day, then 02:30 again.
+    assert first.date() != second.date()
+    assert second.astimezone(BERLIN).strftime("%H:%M") == "02:30"
+
+
+def test_six_fields_lead_with_seconds() -> None:
+    local = Acta(namespace="secs")
+    handler = local.job(kind="r")(report.fn)
+    s = local.schedule("fast", "*/10 * * * * *", handler)
+    assert s.next_after(at(2026, 1, 1, 0, 0, 3)) == at(2026, 1, 1, 0, 0, 10)
+    every_second = local.schedule("each", "* * * * * *", handler)
+    assert every_second.next_after(at(2026, 1, 1, 0, 0, 3)) == at(2026, 1, 1, 0, 0, 4)
+
+
+def test_the_missed_policies_never_burst() -> None:
+    local = Acta(namespace="missed")
+    handler = local.job(kind="r")(report.fn)
+    latest = local.schedule("latest", "0 * * * *", handler)  # hourly
+    skip = local.schedule("skip", "0 * * * *", handler, missed="skip")
+    tick = at(2026, 1, 1, 0)
+    now = at(2026, 1, 1, 5, 30)  # five ticks missed (01:00 .. 05:00)
+    assert latest.successor(tick, now) == at(2026, 1, 1, 5)  # once, for the latest, now
+    assert skip.successor(tick, now) == at(2026, 1, 1, 6)  # the next one to come
+    # Nothing missed: both keep the cadence.
+    in_time = at(2026, 1, 1, 0, 0, 1)
+    assert latest.successor(tick, in_time) == skip.successor(tick, in_time) == at(2026, 1, 1, 1)
+    # A latest catch-up fire's own successor is the next tick, not another catch-up.
+    assert latest.successor(at(2026, 1, 1, 5), now) == at(2026, 1, 1, 6)
+    # all: every missed tick, oldest first, one at a time; too far behind: from the latest.
+    every = local.schedule("every", "0 * * * *", handler, missed="all")
+    assert every.successor(tick, now) == at(2026, 1, 1, 1)
+    assert every.successor(at(2026, 1, 1, 4), now) == at(2026, 1, 1, 5)
+    assert every.successor(tick, at(2026, 2, 1)) == at(2026, 2, 1)  # 744 ticks behind
+    # A schedule that never fired starts at its next tick: no catch-up for the past.
+    assert latest.first(now) == at(2026, 1, 1, 6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cron": "* * *"}, r"schedule 'bad': cron='\* \* \*' must have 5 fields"),
+        ({"cron": "61 * * * *"}, r"schedule 'bad': cron='61 \* \* \* \*' is not a valid cron"),
+        ({"timezone": "Mars/Olympus"}, r"timezone='Mars/Olympus' is not an IANA time zone"),
+        ({"missed": "some"}, r"missed='some' must be one of latest, skip, all"),
+        ({"args": {"region": 5}}, r"schedule 'bad': args: r: argument 'region'=5"),
+    ],
+)
+def test_bad_declarations_name_the_schedule_and_the_value(
+    kwargs: dict[str, object], message: str
+) -> None:
+    local = Acta(namespace="bad")
+    handler = local.job(kind="r")(report.fn)
+    options: dict[str, object] = {"cron": "* * * * *", **kwargs}
+    cron = options.pop("cron")
+    with pytest.raises(ConfigurationError, match=message):
+        local.schedule("bad", cron, handler, **options)  # type: ignore[arg-type]
+    assert "bad" not in local.schedules
+
+
+def test_a_schedule_is_declared_once_and_on_its_own_acta() -> None:
+    local = Acta(namespace="twice")
+    handler = local.job(kind="r")(report.fn)
+    local.schedule("s", "* * * * *", handler)
+    with pytest.raises(ConfigurationError, match="schedule 's' is declared twice"):
+        local.schedule("s", "* * * * *", handler)
+    with pytest.raises(ConfigurationError, match="must be registered on this Acta"):
+        Acta(namespace="other").schedule("s", "* * * * *", handler)
