@@ -30,6 +30,7 @@ function there, or a test passes it to ``check(..., extra={...})``. The invarian
 * claims: no run belongs to an execution the database never recorded (a "phantom" claim),
   unless the test allows it (a database crash may lose a claim committed asynchronously);
 * starts: no job started more often than the test allows;
+* I10: no tick of a schedule fires twice;
 * I11: each wait of a parent for its children ends once, never before every child of
   that wait is terminal;
 * I17: no job is left waiting for a signal it has already received.
@@ -210,6 +211,8 @@ class Report:
     """child -> parent, of the jobs checked that were spawned by ``WaitForChildren``."""
     unheard_signals: list[int] = field(default_factory=list)
     """Jobs left waiting for a signal they have already received."""
+    fires: dict[int, tuple[str, str, Any]] = field(default_factory=dict)
+    """job -> (namespace, schedule, tick), of the jobs checked that are a schedule's fire."""
 
 
 def observe(
@@ -234,6 +237,14 @@ def observe(
             list(wanted),
         )
     )
+    report.fires = {
+        r[0]: (r[1], r[2], r[3])
+        for r in sql(
+            "SELECT id, namespace, schedule_name, scheduled_at FROM acta.job"
+            " WHERE id = ANY(%s) AND schedule_name IS NOT NULL",
+            list(wanted),
+        )
+    }
     report.unheard_signals = [
         r[0]
         for r in sql(
@@ -456,6 +467,15 @@ def parent_resumes_once_after_its_children(r: Report, want: Expected) -> Iterato
             yield f"parent {parent} woke {len(wakes)} times from {len(episodes)} wait(s)"
 
 
+def one_fire_per_tick(r: Report, want: Expected) -> Iterator[str]:
+    """I10: no tick of a schedule has two fires (jobs)."""
+    seen: dict[tuple[str, str, Any], int] = {}
+    for job, key in sorted(r.fires.items()):
+        first = seen.setdefault(key, job)
+        if first != job:
+            yield f"schedule {key[1]!r} tick {key[2]} fired as jobs {first} and {job}"
+
+
 def no_unheard_signal(r: Report, want: Expected) -> Iterator[str]:
     """I17: no job stays waiting for a signal it has already received."""
     if r.unheard_signals:
@@ -470,6 +490,7 @@ INVARIANTS: dict[str, Invariant] = {
     "I4": overlap_only_after_lease_loss,
     "claims": no_phantom_claims,
     "starts": starts_within_budget,
+    "I10": one_fire_per_tick,
     "I11": parent_resumes_once_after_its_children,
     "I17": no_unheard_signal,
 }

@@ -33,8 +33,8 @@ def fired(sql: Sql) -> list[tuple[int, str]]:
     return [(int(r[0]), str(r[1])) for r in rows]
 
 
-def one_fire_per_tick(r: oracle.Report, want: oracle.Expected) -> Iterator[str]:
-    """I10 from the run log: each run's tick belongs to one job only."""
+def one_job_per_tick_run(r: oracle.Report, want: oracle.Expected) -> Iterator[str]:
+    """I10 from the handlers' side: each tick a run saw belongs to one job only."""
     owner: dict[str, int] = {}
     for run in r.runs:
         if run.event == "start" and run.key != "none":
@@ -82,7 +82,7 @@ def test_three_workers_fire_each_tick_once_through_a_sigkill(
         ],
         attempts=None,
         killed={victim.pid: killed_at},
-        extra={"I10": one_fire_per_tick},
+        extra={"I10-runs": one_job_per_tick_run},
     )
     # In order: each tick's first run started after the previous tick's.
     first_start: dict[int, float] = {}
