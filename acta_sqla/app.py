@@ -203,3 +203,39 @@ class Acta:
     def signal_sync(self, session: Session, job_id: int, name: str, payload: Any = None) -> str:
         """``signal`` for a synchronous ``Session``."""
         return _session.signal(session, job_id, name, payload)
+
+    # ------------------------------------------------------------------ live definitions
+
+    async def set_policy(self, session: AsyncSession, kind: str, **fields: Any) -> dict[str, Any]:
+        """Override fields of ``kind``'s policy in this namespace, in the session's
+        transaction: ``await acta.set_policy(session, "send_mail", timeout=30, rate="10/s")``.
+        Overridable: max_attempts, timeout, backoff_base, backoff_max, concurrency_limit,
+        rate, retention, paused. Each value is checked as ``@acta.job`` checks it
+        (``ConfigurationError``, nothing changed); on commit every worker of the namespace
+        applies it within one heartbeat. Answers the kind's overrides now stored."""
+        return await session.run_sync(
+            lambda s: _session.set_policy(s, self.namespace, kind, fields)
+        )
+
+    def set_policy_sync(self, session: Session, kind: str, **fields: Any) -> dict[str, Any]:
+        return _session.set_policy(session, self.namespace, kind, fields)
+
+    async def reset_policy(self, session: AsyncSession, kind: str, *names: str) -> dict[str, Any]:
+        """Drop the overrides ``names`` of ``kind`` (none named: all of them): the declared
+        policy applies again, within one heartbeat of the commit."""
+        reset = list(names) or ["*"]
+        return await session.run_sync(
+            lambda s: _session.set_policy(s, self.namespace, kind, {}, reset)
+        )
+
+    def reset_policy_sync(self, session: Session, kind: str, *names: str) -> dict[str, Any]:
+        return _session.set_policy(session, self.namespace, kind, {}, list(names) or ["*"])
+
+    async def pause(self, session: AsyncSession, kind: str) -> None:
+        """Pause ``kind``: its jobs stay queued and unclaimed until :meth:`resume` (running
+        ones finish). Applied by every worker within one heartbeat of the commit."""
+        await self.set_policy(session, kind, paused=True)
+
+    async def resume(self, session: AsyncSession, kind: str) -> None:
+        """Resume a paused kind: its queued jobs are claimed again."""
+        await self.reset_policy(session, kind, "paused")

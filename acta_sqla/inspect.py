@@ -362,3 +362,41 @@ async def namespaces(session: AsyncSession, limit: int = 200) -> list[str]:
 async def last_traceback(session: AsyncSession, job_id: int) -> str | None:
     """The traceback of the job's latest attempt that recorded one, if any."""
     return (await session.execute(q.last_traceback(job_id))).scalar_one_or_none()
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionRow:
+    """One kind's policy in a namespace: the effective one (declared, overrides on top),
+    and which fields an operator overrode."""
+
+    kind: str
+    effective: dict[str, Any]
+    overridden: frozenset[str]
+    updated_at: datetime
+
+
+async def definitions(session: AsyncSession, namespace: str) -> list[DefinitionRow]:
+    """Every stored kind of ``namespace`` with its effective policy."""
+    out = []
+    for kind, declared, overrides, updated_at in (
+        await session.execute(q.list_definitions(namespace))
+    ).all():
+        effective = {**declared, **overrides}
+        out.append(DefinitionRow(kind, effective, frozenset(overrides), updated_at))
+    return out
+
+
+async def namespace_summaries(
+    session: AsyncSession, limit: int = 200
+) -> list[tuple[str, dict[JobStatus, int], int]]:
+    """Each namespace: its jobs by status, and its workers alive (``acta status`` without
+    ``--namespace``)."""
+    out = []
+    for ns in await namespaces(session, limit):
+        depth: dict[JobStatus, int] = {}
+        for counts in (await queue_depth(session, ns)).values():
+            for status, n in counts.items():
+                depth[status] = depth.get(status, 0) + n
+        alive = sum(1 for w in await workers(session, ns, 1000) if w.status.value == "running")
+        out.append((ns, depth, alive))
+    return out

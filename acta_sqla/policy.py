@@ -232,6 +232,14 @@ class Rate:
 
 
 _attempts = _int_in(1, INT4_MAX, "the failure budget; the first attempt counts")
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise Refused("must be True or False")
+    return value
+
+
 _priority = _int_in(PRIORITY_MIN, PRIORITY_MAX, "lower runs first")
 
 POLICY_CHECKS: dict[str, Callable[[Any], Any]] = {
@@ -251,8 +259,66 @@ POLICY_CHECKS: dict[str, Callable[[Any], Any]] = {
     "retention": _optional(
         _seconds(positive=False, meaning="seconds a finished job is kept; None keeps it")
     ),
+    "paused": _bool,
 }
 """Every policy field and its check: the one place a policy value is validated."""
+
+OVERRIDABLE = (
+    "max_attempts",
+    "timeout",
+    "backoff_base",
+    "backoff_max",
+    "concurrency_limit",
+    "rate",
+    "retention",
+    "paused",
+)
+"""The fields an operator may override (``acta definitions set``, ``acta.set_policy``):
+those the workers apply. ``priority`` and the key templates are applied by the
+application's code when it enqueues, so an override of them would change nothing."""
+
+_AT_ENQUEUE = ("priority", "concurrency_key", "rate_key", "lane", "unique_key")
+
+
+def override_value(name: str, value: Any) -> Any:
+    """One override, checked by its field's rule (``Refused`` says why); text from the
+    command line (``"30"``, ``"10/s"``, ``"true"``, ``"none"``) is read as the field's type
+    first. Answers the value as stored (JSON)."""
+    if name in _AT_ENQUEUE:
+        raise Refused(
+            "is applied by the application's code when it enqueues, not by the workers; "
+            "change it in @acta.job(...) and deploy"
+        )
+    if name not in OVERRIDABLE:
+        raise Refused(f"is not a field an operator can set; one of: {', '.join(OVERRIDABLE)}")
+    if isinstance(value, str):
+        value = _from_text(name, value)
+    parsed = POLICY_CHECKS[name](value)
+    return str(parsed) if isinstance(parsed, Rate) else parsed
+
+
+def _from_text(name: str, text: str) -> Any:
+    word = text.strip().lower()
+    if word in ("none", "null") and name in ("concurrency_limit", "rate", "retention"):
+        return None
+    if name == "paused":
+        if word in ("true", "yes", "on", "1"):
+            return True
+        if word in ("false", "no", "off", "0"):
+            return False
+        raise Refused("must be true or false")
+    if name in ("max_attempts", "concurrency_limit"):
+        try:
+            return int(word)
+        except ValueError:
+            raise Refused("must be an int") from None
+    if name == "rate":
+        return text
+    try:
+        return float(word)
+    except ValueError:
+        raise Refused("must be a number of seconds") from None
+
 
 TEMPLATE_FIELDS = ("unique_key", "lane", "concurrency_key", "rate_key")
 """Policy fields that are key templates rendered from each job's args."""
@@ -282,6 +348,9 @@ class Policy:
     """Template of the unique key: one non-terminal job per key."""
     retention: float | None = DEFAULT_RETENTION_SECONDS
     """Seconds a finished job is kept before recovery prunes it (7 days); None keeps it forever."""
+    paused: bool = False
+    """Jobs of a paused kind stay queued, unclaimed, until it is resumed (running ones
+    finish): an operator's switch (``acta pause KIND``), declared False."""
 
     def __post_init__(self) -> None:
         problems = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound
 from .handler import JobBatch, Rows
@@ -194,3 +194,49 @@ def signal(session: Session, job_id: int, name: str, payload: object = None) -> 
     if found is None:
         raise JobNotFound(job_id)
     raise JobFinished(job_id, str(found[0]))
+
+
+def set_policy(
+    session: Session, namespace: str, kind: str, fields: dict[str, Any], reset: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Override ``fields`` of a kind's policy (and drop the overrides named in ``reset``;
+    ``reset=["*"]``: all of them) in the caller's transaction, moving the namespace's
+    definitions version with it. Every value is checked first by the policy's rule, and the
+    resulting policy as a whole (``backoff_base <= backoff_max``): ``ConfigurationError``
+    naming the field and the value, nothing changed. Answers the overrides now stored."""
+    import json
+
+    from . import queries
+    from .errors import ConfigurationError
+    from .policy import OVERRIDABLE, Policy, Refused, override_value, shown
+
+    values: dict[str, Any] = {}
+    for name, value in fields.items():
+        try:
+            values[name] = override_value(name, value)
+        except Refused as why:
+            raise ConfigurationError(f"{kind}: {name}={shown(value)} {why}") from None
+    for name in reset:
+        if name != "*" and name not in OVERRIDABLE:
+            raise ConfigurationError(
+                f"{kind}: {name!r} is not a field an operator can set; one of: "
+                f"{', '.join(OVERRIDABLE)}"
+            )
+    row = session.execute(queries.definition_for_update(namespace, kind)).first()
+    if row is None:
+        known = [k for (k,) in session.execute(queries.stored_kinds(namespace))]
+        raise ConfigurationError(
+            f"no kind {kind!r} in namespace {namespace!r} (kinds are stored when a worker "
+            f"that has their handler starts; stored: {', '.join(known) or 'none'})"
+        )
+    declared, current = row
+    overrides = {} if "*" in reset else {k: v for k, v in current.items() if k not in reset}
+    overrides.update(values)
+    known_fields = set(Policy.field_names())
+    try:
+        Policy(**{k: v for k, v in {**declared, **overrides}.items() if k in known_fields})
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{kind}: {exc}") from None
+    session.execute(queries.write_overrides(namespace, kind, json.loads(json.dumps(overrides))))
+    session.execute(queries.bump_definitions_version(namespace))
+    return overrides

@@ -231,6 +231,8 @@ class WorkerStore:
         self.namespace = namespace
         self.timings = timings
         self.worker_id: int | None = None
+        self.paused: list[str] = []
+        """Kinds an operator paused (the last definitions loaded): the claim skips them."""
         # The claim commits durably (the server's synchronous_commit) before any handler
         # starts: an asynchronous commit saved a WAL flush per claim, but a database crash
         # could then lose a claim whose handler already ran, and another worker would run
@@ -363,9 +365,11 @@ class WorkerStore:
     async def claim(self, limit: int, alone: bool) -> Claim:
         """Up to ``limit`` due rows; ``alone``: this worker has nothing in flight, so it may
         take a due suspect (and then only that one). See ``queries.claim.claim_jobs``."""
-        rows = await self.claim_conn.fetch(
-            self.sql.claim_jobs, self.namespace, limit, self.worker_id, self.timings.lease, alone
-        )
+        args: tuple[Any, ...] = (self.namespace, limit, self.worker_id, self.timings.lease, alone)
+        if self.paused:
+            rows = await self.claim_conn.fetch(self.sql.claim_jobs_unpaused, *args, self.paused)
+        else:
+            rows = await self.claim_conn.fetch(self.sql.claim_jobs, *args)
         make = ClaimedJob._make
         # The last column is the statement's suspect_due; a row of NULLs means no job.
         jobs = [make(r[:-1]) for r in rows if r[0] is not None]
@@ -374,9 +378,19 @@ class WorkerStore:
     async def claim_plain(self, limit: int) -> list[ClaimedJob]:
         """Up to ``limit`` due rows that are not suspects, without asking whether a suspect
         is due (the hot claim; see ``queries.claim.claim_plain``)."""
-        rows = await self.claim_conn.fetch(
-            self.sql.claim_plain, self.namespace, limit, self.worker_id, self.timings.lease
-        )
+        if self.paused:
+            rows = await self.claim_conn.fetch(
+                self.sql.claim_plain_unpaused,
+                self.namespace,
+                limit,
+                self.worker_id,
+                self.timings.lease,
+                self.paused,
+            )
+        else:
+            rows = await self.claim_conn.fetch(
+                self.sql.claim_plain, self.namespace, limit, self.worker_id, self.timings.lease
+            )
         make = ClaimedJob._make
         return [make(r) for r in rows]
 
@@ -385,7 +399,12 @@ class WorkerStore:
         return (await self.claim(limit, alone)).jobs
 
     async def next_due_in(self) -> float | None:
-        rows = await self.claim_conn.fetch(self.sql.next_due_in, self.namespace)
+        if self.paused:
+            rows = await self.claim_conn.fetch(
+                self.sql.next_due_in_unpaused, self.namespace, self.paused
+            )
+        else:
+            rows = await self.claim_conn.fetch(self.sql.next_due_in, self.namespace)
         return rows[0][0] if rows else None
 
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:

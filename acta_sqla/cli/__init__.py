@@ -6,6 +6,9 @@ import typer
 
 from ._common import configure_logging
 from .db import app as db_app
+from .definitions import app as definitions_app
+from .definitions import pause as _pause
+from .definitions import resume as _resume
 from .doctor import doctor as _doctor
 from .jobs import app as jobs_app
 from .jobs import demo as _demo
@@ -27,6 +30,9 @@ app.command()(_worker)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(definitions_app, name="definitions")
+app.command("pause")(_pause)
+app.command("resume")(_resume)
 app.command("status")(_status)
 app.command("signal")(_signal)
 app.command("demo")(_demo)

@@ -179,8 +179,7 @@ def signal(
     ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Send a signal to a job: a job waiting for it (WaitForSignal) runs again at once; a
-    job not yet waiting keeps it for its wait."""
+    """Send a signal to a job (a job waiting for it runs again at once)."""
     from ..app import Acta
     from ..errors import InvalidSignal, JobFinished, JobNotFound
 
@@ -212,18 +211,38 @@ def _namespace() -> str:
 
 
 @run_cli
-def status(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
-    """Queue depth by status and kind, and the workers, of one namespace."""
+def status(
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="One namespace in detail (default: every namespace, in summary)."),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Every namespace's depth by status and workers alive; with --namespace, one namespace's
+    depth by kind and status, and its workers."""
     from .. import inspect
 
-    ns = namespace or _namespace()
+    statuses = [s.value for s in JobStatus]
+    if namespace is None:
+        summaries = _run(database_url, lambda session: inspect.namespace_summaries(session))
+        if not summaries:
+            typer.echo("no namespaces yet (a worker registers its namespace when it starts)")
+            return
+        typer.echo(f"{'namespace':<24}" + "".join(f"{s:>11}" for s in statuses) + "    workers")
+        for ns, depth, alive in summaries:
+            typer.echo(
+                f"{ns[:24]:<24}"
+                + "".join(f"{depth.get(JobStatus(s), 0):>11}" for s in statuses)
+                + f"{alive:>11}"
+            )
+        return
+    ns = namespace
 
     async def work(session: AsyncSession) -> tuple[Any, list[inspect.WorkerRow]]:
         return await inspect.queue_depth(session, ns), await inspect.workers(session, ns)
 
     table, workers = _run(database_url, work)
     typer.echo(f"namespace {ns!r}")
-    statuses = [s.value for s in JobStatus]
     typer.echo(f"  {'kind':<24}" + "".join(f"{s:>11}" for s in statuses))
     for kind, counts in table.items():
         typer.echo(

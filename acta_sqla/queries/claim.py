@@ -41,7 +41,11 @@ def _claimed(schema: str, returning: str = "") -> str:
                       j.schedule_name, j.scheduled_at, j.run_at{returning}"""
 
 
-def claim_jobs(schema: str) -> str:
+def _unpaused(param: int | None) -> str:
+    return f"\n              AND kind <> ALL (${param}::text[])" if param else ""
+
+
+def claim_jobs(schema: str, paused_param: int | None = None) -> str:
     """Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order, moves each
     to 'executing', counts the attempt, and mints its execution id (the fencing token).
     SKIP LOCKED: two claimers never take the same row, and never wait for each other.
@@ -54,11 +58,12 @@ def claim_jobs(schema: str) -> str:
     in ClaimedJob's order), each with ``suspect_due``; when nothing was claimed, ONE row of
     NULLs carrying ``suspect_due`` (the claimer must know it held back for a suspect)."""
     s = quote(schema)
+    skip = _unpaused(paused_param)
     return f"""
         WITH suspect AS (
             -- Normally empty: one probe of the (empty) partial index of due suspects.
             SELECT id FROM {s}.job
-            WHERE namespace = $1 AND status = 'ready' AND suspect AND run_at <= now()
+            WHERE namespace = $1 AND status = 'ready' AND suspect AND run_at <= now(){skip}
             ORDER BY priority, run_at, id
             LIMIT 1
             FOR UPDATE SKIP LOCKED
@@ -66,7 +71,7 @@ def claim_jobs(schema: str) -> str:
         plain AS (
             SELECT id FROM {s}.job
             WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
-              AND NOT EXISTS (SELECT 1 FROM suspect)
+              AND NOT EXISTS (SELECT 1 FROM suspect){skip}
             ORDER BY priority, run_at, id
             LIMIT $2
             FOR UPDATE SKIP LOCKED
@@ -88,7 +93,7 @@ def claim_jobs(schema: str) -> str:
         ORDER BY c.priority, c.run_at, c.id"""
 
 
-def claim_plain(schema: str) -> str:
+def claim_plain(schema: str, paused_param: int | None = None) -> str:
     """The hot claim: up to $2 due rows of namespace $1 that are not suspects, in claim
     order, each moved to 'executing' with its attempt counted and its execution id minted.
     No suspect probe: the claimer asks ``claim_jobs`` (which looks for a due suspect) at
@@ -96,10 +101,11 @@ def claim_plain(schema: str) -> str:
     heap filter (``NOT suspect``) on rows the claim reads anyway, not the probe's extra
     nodes on every claim (about 20 % more PostgreSQL CPU per job at 8 executors)."""
     s = quote(schema)
+    skip = _unpaused(paused_param)
     return f"""
         WITH picked AS (
             SELECT id FROM {s}.job
-            WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
+            WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect{skip}
             ORDER BY priority, run_at, id
             LIMIT $2
             FOR UPDATE SKIP LOCKED
@@ -114,9 +120,30 @@ def claim_plain(schema: str) -> str:
         FROM claimed ORDER BY priority, run_at, id"""
 
 
-def next_due_in(schema: str) -> str:
+def next_due_in(schema: str, paused_param: int | None = None) -> str:
     """Seconds until the next ready row of namespace $1 is due (None: none is waiting)."""
     s = quote(schema)
+    skip = _unpaused(paused_param)
     return f"""
         SELECT extract(epoch FROM min(run_at) - now())::float8
-        FROM {s}.job WHERE namespace = $1 AND status = 'ready'"""
+        FROM {s}.job WHERE namespace = $1 AND status = 'ready'{skip}"""
+
+
+# While some kind of the namespace is paused (docs/operating.md), the worker claims with
+# these: the same statements with one more filter, the paused kinds as their last
+# parameter. A namespace with no paused kind never pays for the filter.
+
+
+def claim_jobs_unpaused(schema: str) -> str:
+    """``claim_jobs`` skipping the paused kinds ($6)."""
+    return claim_jobs(schema, 6)
+
+
+def claim_plain_unpaused(schema: str) -> str:
+    """``claim_plain`` skipping the paused kinds ($5)."""
+    return claim_plain(schema, 5)
+
+
+def next_due_in_unpaused(schema: str) -> str:
+    """``next_due_in`` skipping the paused kinds ($2)."""
+    return next_due_in(schema, 2)

@@ -10,7 +10,7 @@ from sqlalchemy import Delete, Executable, Select, Text, cast, delete, func, sel
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement
 
-from ..models import Execution, Job, Lock, Namespace, Worker
+from ..models import Definition, Execution, Job, Lock, Namespace, Worker
 from ..status import TERMINAL_STATUSES, JobStatus
 
 JOB_COLUMNS = (
@@ -340,4 +340,13 @@ def last_traceback(job_id: int) -> Select[tuple[str | None]]:
         .where(Execution.job_id == job_id, Execution.traceback.is_not(None))
         .order_by(Execution.finished_at.desc(), Execution.attempt.desc())
         .limit(1)
+    )
+
+
+def list_definitions(namespace: str) -> Select[tuple[object, ...]]:
+    """A namespace's kinds with their declared policy and an operator's overrides."""
+    return (
+        select(Definition.kind, Definition.declared, Definition.overrides, Definition.updated_at)
+        .where(Definition.namespace == namespace)
+        .order_by(Definition.kind)
     )

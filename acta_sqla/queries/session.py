@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import attributes
 
-from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Definition, Job, JobStatus, Namespace
 from ._render import ACTIVE
 
 _ACTIVE = [s.value for s in ACTIVE_STATUSES]
@@ -232,4 +232,40 @@ def signal_job(job_id: int, name: str, payload_json: str) -> Any:
             awaited_signal=case((waiting_for_it, None), else_=Job.awaited_signal),
         )
         .returning(Job.status)
+    )
+
+
+def definition_for_update(namespace: str, kind: str) -> Any:
+    """A kind's stored definition (declared policy and overrides), locked until commit so
+    that two operators' changes apply one after the other."""
+    return (
+        select(Definition.declared, Definition.overrides)
+        .where(Definition.namespace == namespace, Definition.kind == kind)
+        .with_for_update()
+    )
+
+
+def stored_kinds(namespace: str) -> Any:
+    """The kinds stored in a namespace (an unknown kind's error lists them)."""
+    return (
+        select(Definition.kind).where(Definition.namespace == namespace).order_by(Definition.kind)
+    )
+
+
+def write_overrides(namespace: str, kind: str, overrides: dict[str, Any]) -> Any:
+    """Store a kind's overrides (the whole object, validated by the caller)."""
+    return (
+        update(Definition)
+        .where(Definition.namespace == namespace, Definition.kind == kind)
+        .values(overrides=overrides, updated_at=func.now())
+    )
+
+
+def bump_definitions_version(namespace: str) -> Any:
+    """Move the namespace's definitions version: every worker reloads within one beat."""
+    return (
+        update(Namespace)
+        .where(Namespace.name == namespace)
+        .values(definitions_version=Namespace.definitions_version + 1)
+        .returning(Namespace.definitions_version)
     )

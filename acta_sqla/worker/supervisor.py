@@ -520,12 +520,33 @@ class Worker:
                 )
                 policies[kind] = handler.policy
         changed = self.definitions_version >= 0 and defs.version != self.definitions_version
+        # Paused: any kind of the namespace an operator paused (handled here or not).
+        paused = sorted(k for k, o in defs.overrides.items() if o.get("paused") is True)
+        if changed:
+            for kind, policy in sorted(policies.items()):
+                before = self.policies.get(kind)
+                if before is not None and before != policy:
+                    diff = {
+                        f: getattr(policy, f)
+                        for f in Policy.field_names()
+                        if getattr(policy, f) != getattr(before, f)
+                    }
+                    log.bind(event="policy_changed", kind=kind).info(
+                        "kind {!r}: policy now {}", kind, diff
+                    )
         self.policies = policies
+        self.store.paused = paused
         self.definitions_version = defs.version
         if changed:
-            log.bind(event="definitions_reloaded").info(
-                "definitions of namespace {!r} reloaded (version {})", self.namespace, defs.version
+            log.bind(event="definitions_reloaded", paused=paused).info(
+                "definitions of namespace {!r} reloaded (version {}){}",
+                self.namespace,
+                defs.version,
+                f"; paused: {', '.join(paused)}" if paused else "",
             )
+            claimer = getattr(self, "claimer", None)
+            if claimer is not None:
+                claimer.wake()  # a resumed kind's jobs may be due now
 
 
 def _version() -> str:

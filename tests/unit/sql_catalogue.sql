@@ -50,6 +50,55 @@ FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
 LEFT JOIN claimed c ON true
 ORDER BY c.priority, c.run_at, c.id;
 
+-- claim.claim_jobs_unpaused: ``claim_jobs`` skipping the paused kinds ($6).
+WITH suspect AS (
+    -- Normally empty: one probe of the (empty) partial index of due suspects.
+    SELECT id FROM "acta".job
+    WHERE namespace = $1 AND status = 'ready' AND suspect AND run_at <= now()
+      AND kind <> ALL ($6::text[])
+    ORDER BY priority, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+plain AS (
+    SELECT id FROM "acta".job
+    WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
+      AND NOT EXISTS (SELECT 1 FROM suspect)
+      AND kind <> ALL ($6::text[])
+    ORDER BY priority, run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id FROM suspect WHERE $5::bool AND $2 > 0
+    UNION ALL
+    SELECT id FROM plain
+),
+claimed AS (
+    UPDATE "acta".job AS j SET
+        status = 'executing',
+        attempts = j.attempts + 1,
+        execution_id = (((extract(epoch FROM pg_postmaster_start_time())::bigint % 8388608) << 40) | (nextval('acta.execution_id_seq') % 1099511627776)),
+        worker_id = $3,
+        claimed_at = now(),
+        started_at = NULL,
+        lease_expires_at = now() + make_interval(secs => $4)
+    -- By primary key whatever the plan: a generic plan (which cannot see that
+    -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+              j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
+              j.schedule_name, j.scheduled_at, j.run_at, j.suspect
+)
+-- In claim order (the executors take them so); columns in ClaimedJob's order.
+SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
+       c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
+       c.resumed, c.schedule_name, c.scheduled_at, c.suspect AS alone, w.suspect_due
+FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
+LEFT JOIN claimed c ON true
+ORDER BY c.priority, c.run_at, c.id;
+
 -- claim.claim_plain: The hot claim: up to $2 due rows of namespace $1 that are not suspects, in
 --   claim order, each moved to 'executing' with its attempt counted and its execution id minted. No
 --   suspect probe: the claimer asks ``claim_jobs`` (which looks for a due suspect) at most once per
@@ -86,10 +135,47 @@ SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
        schedule_name, scheduled_at, false AS alone
 FROM claimed ORDER BY priority, run_at, id;
 
+-- claim.claim_plain_unpaused: ``claim_plain`` skipping the paused kinds ($5).
+WITH picked AS (
+    SELECT id FROM "acta".job
+    WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
+      AND kind <> ALL ($5::text[])
+    ORDER BY priority, run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE "acta".job AS j SET
+        status = 'executing',
+        attempts = j.attempts + 1,
+        execution_id = (((extract(epoch FROM pg_postmaster_start_time())::bigint % 8388608) << 40) | (nextval('acta.execution_id_seq') % 1099511627776)),
+        worker_id = $3,
+        claimed_at = now(),
+        started_at = NULL,
+        lease_expires_at = now() + make_interval(secs => $4)
+    -- By primary key whatever the plan: a generic plan (which cannot see that
+    -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+              j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
+              j.schedule_name, j.scheduled_at, j.run_at
+)
+-- In claim order (the executors take them so); columns in ClaimedJob's order.
+SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
+       concurrency_key, rate_key, lane_key, parent_id, signals, resumed,
+       schedule_name, scheduled_at, false AS alone
+FROM claimed ORDER BY priority, run_at, id;
+
 -- claim.next_due_in: Seconds until the next ready row of namespace $1 is due (None: none is
 --   waiting).
 SELECT extract(epoch FROM min(run_at) - now())::float8
 FROM "acta".job WHERE namespace = $1 AND status = 'ready';
+
+-- claim.next_due_in_unpaused: ``next_due_in`` skipping the paused kinds ($2).
+SELECT extract(epoch FROM min(run_at) - now())::float8
+FROM "acta".job WHERE namespace = $1 AND status = 'ready'
+      AND kind <> ALL ($2::text[]);
 
 -- complete.complete_executions: complete_executions: ONE statement writes every completion of a
 --   batch, whatever its shape (see the module's parts). Guard: (job, execution) and status
@@ -779,11 +865,62 @@ WHERE NOT EXISTS (
 ON CONFLICT DO NOTHING
 RETURNING j.schedule_name, j.scheduled_at;
 
+-- schedules.list_schedules: ``acta schedules ls``: namespace $1's schedules with their pending fire
+--   (next) and their latest finished fire (its tick and status). By ``job_schedule_tick_key``.
+SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+       (SELECT min(j.scheduled_at) FROM "acta".job AS j
+        WHERE j.namespace = $1 AND j.schedule_name = sc.name
+          AND j.status IN ('ready', 'executing', 'waiting')) AS next_fire,
+       last.scheduled_at AS last_fire, last.status AS last_status
+FROM "acta".schedule AS sc
+LEFT JOIN LATERAL (
+    SELECT j.scheduled_at, j.status FROM "acta".job AS j
+    WHERE j.namespace = $1 AND j.schedule_name = sc.name
+      AND j.status NOT IN ('ready', 'executing', 'waiting')
+    ORDER BY j.scheduled_at DESC LIMIT 1
+) AS last ON true
+WHERE sc.namespace = $1
+ORDER BY sc.name;
+
 -- schedules.lock_schedules: The transaction locks of schedules $2 of namespace $1, in one order (no
 --   deadlock between two workers). A statement of its own: the next one then reads what a writer
 --   that held a lock committed.
 SELECT count(pg_advisory_xact_lock(hashtextextended('acta.schedule' || chr(31) || $1 || chr(31) || n, 0)))
 FROM (SELECT unnest($2::text[]) AS n ORDER BY 1) AS x;
+
+-- schedules.pause_schedule: Pause schedule $2 of namespace $1: no fire from now on (a running one
+--   finishes); its pending fire that has not started is cancelled. Answers the schedule's name.
+WITH paused AS (
+    UPDATE "acta".schedule SET enabled = false WHERE namespace = $1 AND name = $2
+    RETURNING name
+),
+pending AS (
+    UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
+    WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.status = 'ready'
+      AND EXISTS (SELECT 1 FROM paused)
+    RETURNING 1
+)
+SELECT name FROM paused;
+
+-- schedules.resume_schedule: Resume schedule $2 of namespace $1 (its next fire is enqueued with
+--   :func:`enqueue_fires`, in the same transaction). Answers the schedule's name.
+UPDATE "acta".schedule SET enabled = true WHERE namespace = $1 AND name = $2
+RETURNING name;
+
+-- schedules.run_schedule_now: ``acta schedules run``: one extra fire of schedule $2 of namespace
+--   $1, due now, its ``scheduled_at`` now. Not part of the chain (no ``schedule_name``): the
+--   cadence is not disturbed. Answers the new job's id.
+INSERT INTO "acta".job (namespace, kind, args, scheduled_at)
+SELECT sc.namespace, sc.kind, sc.args, now() FROM "acta".schedule AS sc
+WHERE sc.namespace = $1 AND sc.name = $2
+RETURNING id;
+
+-- schedules.schedule_row: One stored schedule ($1 namespace, $2 name), and its latest fire's tick.
+SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args, sc.missed,
+       sc.enabled,
+       (SELECT max(j.scheduled_at) FROM "acta".job AS j
+        WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 
 -- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
 --   parallel arrays: name, cron, timezone, kind, args, missed), and drop the namespace's schedules
@@ -830,8 +967,18 @@ WHERE sc.namespace = $1 AND sc.enabled
       WHERE j.namespace = $1 AND j.schedule_name = sc.name AND j.status IN ('ready', 'executing', 'waiting')
   );
 
+-- session.bump_definitions_version: Move the namespace's definitions version: every worker reloads
+--   within one beat.
+UPDATE acta.namespace SET definitions_version=(acta.namespace.definitions_version + %(definitions_version_1)s::BIGINT) WHERE acta.namespace.name = %(name_1)s::VARCHAR RETURNING acta.namespace.definitions_version;
+
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once.
 UPDATE acta.job SET status=%(status)s, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+
+-- session.definition_for_update: A kind's stored definition (declared policy and overrides), locked
+--   until commit so that two operators' changes apply one after the other.
+SELECT acta.definition.declared, acta.definition.overrides
+FROM acta.definition
+WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR AND acta.definition.kind = %(kind_1)s::VARCHAR FOR UPDATE;
 
 -- session.insert_jobs_bulk: INSERT a batch of jobs from parallel arrays in one statement, in input
 --   order.
@@ -871,6 +1018,14 @@ FROM acta.job JOIN (SELECT unnest(%(namespaces)s::TEXT[]) AS namespace, unnest(%
 --   with ``resumed = 'signal'``. RETURNING the job's status afterwards (no row: the job is finished
 --   or missing).
 UPDATE acta.job SET status=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN %(param_1)s::VARCHAR ELSE acta.job.status END, run_at=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN now() ELSE acta.job.run_at END, awaited_signal=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN NULL ELSE acta.job.awaited_signal END, signals=(coalesce(acta.job.signals, CAST(%(param_2)s::VARCHAR AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, CAST(%(param_3)s::VARCHAR AS JSONB))), resumed=CASE WHEN (acta.job.status = %(status_1)s AND acta.job.awaited_signal = %(awaited_signal_1)s::VARCHAR) THEN %(param_4)s::VARCHAR ELSE acta.job.resumed END WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_2]) RETURNING acta.job.status;
+
+-- session.stored_kinds: The kinds stored in a namespace (an unknown kind's error lists them).
+SELECT acta.definition.kind
+FROM acta.definition
+WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.definition.kind;
+
+-- session.write_overrides: Store a kind's overrides (the whole object, validated by the caller).
+UPDATE acta.definition SET overrides=%(overrides)s::JSONB, updated_at=now() WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR AND acta.definition.kind = %(kind_1)s::VARCHAR;
 
 -- inspect.active_depth: (kind, status, count) of the namespace's ready and executing jobs, exactly:
 --   ready through the claim index, executing through the lease index (an executing job always holds
@@ -945,6 +1100,12 @@ SELECT acta.execution.traceback
 FROM acta.execution
 WHERE acta.execution.job_id = %(job_id_1)s::BIGINT AND acta.execution.traceback IS NOT NULL ORDER BY acta.execution.finished_at DESC, acta.execution.attempt DESC
  LIMIT %(param_1)s::INTEGER;
+
+-- inspect.list_definitions: A namespace's kinds with their declared policy and an operator's
+--   overrides.
+SELECT acta.definition.kind, acta.definition.declared, acta.definition.overrides, acta.definition.updated_at
+FROM acta.definition
+WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.definition.kind;
 
 -- inspect.list_jobs: One page of jobs, newest first, filtered; keyset pagination: the next page
 --   starts below the last id shown (``before_id``), so a page costs the same however deep.

@@ -249,3 +249,47 @@ def test_templates_read_keys_of_dict_args_and_refuse_what_they_cannot_render() -
 
     with pytest.raises(InvalidJobArgs, match="cannot be rendered from this job's args"):
         formatted.job(n="text")
+
+
+# ------------------------------------------------------------------ operator overrides
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("timeout", "30", 30.0),
+        ("max_attempts", "3", 3),
+        ("concurrency_limit", "4", 4),
+        ("concurrency_limit", "none", None),
+        ("rate", "10/s", "10/s"),
+        ("paused", "true", True),
+        ("paused", "off", False),
+        ("retention", "none", None),
+    ],
+)
+def test_an_override_from_the_command_line_is_read_as_its_field(
+    name: str, text: str, expected: object
+) -> None:
+    from acta_sqla.policy import override_value
+
+    assert override_value(name, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("timeout", "soon", "must be a number of seconds"),
+        ("timeout", "-1", "must be"),
+        ("max_attempts", "0", "must be an int >= 1"),
+        ("rate", "fast", "is not a rate"),
+        ("paused", "maybe", "must be true or false"),
+        ("colour", "red", "is not a field an operator can set; one of: max_attempts"),
+        ("priority", "5", "is applied by the application's code when it enqueues"),
+        ("lane", "x", "is applied by the application's code when it enqueues"),
+    ],
+)
+def test_a_bad_override_says_what_is_wrong(name: str, value: str, message: str) -> None:
+    from acta_sqla.policy import Refused, override_value
+
+    with pytest.raises(Refused, match=message):
+        override_value(name, value)

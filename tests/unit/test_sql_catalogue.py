@@ -67,7 +67,11 @@ TEXT_MODULES: tuple[ModuleType, ...] = (
 """Plain-SQL builders: each public function takes the schema (and maybe the version table
 name) and returns the statement's text."""
 
-TEXT_ARGUMENTS: dict[str, object] = {"schema": "acta", "version_table": SCHEMA_VERSION_TABLE}
+TEXT_ARGUMENTS: dict[str, object] = {
+    "schema": "acta",
+    "version_table": SCHEMA_VERSION_TABLE,
+    "paused_param": None,
+}
 
 TEXT_HELPERS = {
     "claim.mint_execution_id",
@@ -95,6 +99,10 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "session.request_cancel": lambda: session.request_cancel(1),
     "session.job_status": lambda: session.job_status(1),
     "session.retry_job": lambda: session.retry_job(1),
+    "session.definition_for_update": lambda: session.definition_for_update("default", "k"),
+    "session.stored_kinds": lambda: session.stored_kinds("default"),
+    "session.write_overrides": lambda: session.write_overrides("default", "k", {"timeout": 30}),
+    "session.bump_definitions_version": lambda: session.bump_definitions_version("default"),
     "session.signal_job": lambda: session.signal_job(1, "approved", '{"by": "ann"}'),
     "inspect.queue_depth": lambda: inspect_q.queue_depth("default"),
     "inspect.list_workers": lambda: inspect_q.list_workers("default", 20),
@@ -104,6 +112,7 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "inspect.job_detail": lambda: inspect_q.job_detail(1),
     "inspect.job_executions": lambda: inspect_q.job_executions(1),
     "inspect.job_children": lambda: inspect_q.job_children(1),
+    "inspect.list_definitions": lambda: inspect_q.list_definitions("default"),
     "inspect.estimate_jobs": lambda: inspect_q.estimate_jobs("default", JobStatus.FAILED, "k"),
     "inspect.active_depth": lambda: inspect_q.active_depth("default"),
     "inspect.finished_since": lambda: inspect_q.finished_since("default", 3600.0),

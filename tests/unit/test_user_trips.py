@@ -69,6 +69,8 @@ BAD_URL = {"ACTA_DATABASE_URL": "mysql://root@localhost/app"}
         ["db", "upgrade"],
         ["db", "downgrade"],
         ["db", "current"],
+        ["schedules", "ls"],
+        ["definitions", "ls"],
     ],
     ids=lambda args: " ".join(args),
 )

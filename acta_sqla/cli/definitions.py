@@ -1,0 +1,115 @@
+"""``acta definitions`` (each kind's effective policy; set and reset an operator's
+overrides) and ``acta pause`` / ``acta resume`` of a kind."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from ._common import fail, run_cli
+from .db import DatabaseUrl
+from .jobs import Namespace, _namespace, _run
+
+app = typer.Typer(
+    name="definitions",
+    no_args_is_help=True,
+    help="Each kind's effective policy; an operator's overrides, applied within one heartbeat.",
+)
+
+Kind = Annotated[str, typer.Argument(help="The job kind.")]
+
+
+def _show(value: Any) -> str:
+    return "-" if value is None else json.dumps(value) if not isinstance(value, str) else value
+
+
+@app.command("ls")
+@run_cli
+def ls(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
+    """Each kind's effective policy; an operator's overrides are marked with *."""
+    from .. import inspect
+    from ..policy import OVERRIDABLE
+
+    ns = namespace or _namespace()
+    rows = _run(database_url, lambda s: inspect.definitions(s, ns))
+    if not rows:
+        typer.echo(f"no kinds stored in namespace {ns!r} (a worker stores them when it starts)")
+        return
+    for row in rows:
+        typer.echo(f"{row.kind}" + ("  [paused]" if row.effective.get("paused") else ""))
+        for name in OVERRIDABLE:
+            mark = "*" if name in row.overridden else " "
+            typer.echo(f"  {mark} {name:<18} {_show(row.effective.get(name))}")
+
+
+def _change(
+    command: str,
+    database_url: str | None,
+    namespace: str | None,
+    kind: str,
+    fields: dict[str, Any],
+    reset: list[str],
+) -> dict[str, Any]:
+    from ..app import Acta
+    from ..errors import ConfigurationError
+
+    acta = Acta(namespace or _namespace(), allow_unknown_kinds=True)
+    try:
+        if reset:
+            return _run(database_url, lambda s: acta.reset_policy(s, kind, *reset))
+        return _run(database_url, lambda s: acta.set_policy(s, kind, **fields))
+    except ConfigurationError as exc:
+        fail(str(exc), command=command)
+
+
+@app.command("set")
+@run_cli
+def set_(
+    kind: Kind,
+    assignments: Annotated[
+        list[str], typer.Argument(help="field=value ..., e.g. timeout=30 rate=10/s paused=true")
+    ],
+    namespace: Namespace = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Override fields of a kind's policy (max_attempts, timeout, backoff_base, backoff_max,
+    concurrency_limit, rate, retention, paused); workers apply it within one heartbeat."""
+    fields: dict[str, Any] = {}
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            fail(f"{item!r} is not field=value (e.g. timeout=30)", command="acta definitions set")
+        fields[name.strip()] = value
+    stored = _change("acta definitions set", database_url, namespace, kind, fields, [])
+    typer.echo(f"{kind}: overrides now {json.dumps(stored, sort_keys=True)}")
+
+
+@app.command()
+@run_cli
+def reset(
+    kind: Kind,
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Fields to reset (default: all).")
+    ] = None,
+    namespace: Namespace = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Drop an operator's overrides of a kind (all, or the fields named)."""
+    stored = _change("acta definitions reset", database_url, namespace, kind, {}, names or ["*"])
+    typer.echo(f"{kind}: overrides now {json.dumps(stored, sort_keys=True)}")
+
+
+@run_cli
+def pause(kind: Kind, namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
+    """Pause a kind: its jobs stay queued, unclaimed, until resumed (running ones finish)."""
+    _change("acta pause", database_url, namespace, kind, {"paused": True}, [])
+    typer.echo(f"{kind} paused (workers stop claiming it within one heartbeat)")
+
+
+@run_cli
+def resume(kind: Kind, namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
+    """Resume a paused kind."""
+    _change("acta resume", database_url, namespace, kind, {}, ["paused"])
+    typer.echo(f"{kind} resumed")
