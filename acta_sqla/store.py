@@ -482,7 +482,10 @@ class WorkerStore:
         found = await self.admin_conn.fetch(
             self.sql.store_schedules, self.namespace, *([r[c] for r in rows] for c in columns)
         )
-        return [r[0] for r in found]
+        dropped = [r[0] for r in found]
+        if dropped:
+            await self.admin_conn.execute(self.sql.cancel_dropped_fires, self.namespace, dropped)
+        return dropped
 
     async def ensure_fires(self, schedules: Mapping[str, Schedule]) -> list[tuple[str, Any]]:
         """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:

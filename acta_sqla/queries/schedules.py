@@ -20,8 +20,10 @@ fire of its own to fence it (start-up, recovery, ``acta schedules resume``)."""
 def store_schedules(schema: str) -> str:
     """Store namespace $1's schedules as the code declares them ($2.. parallel arrays:
     name, cron, timezone, kind, args, missed), and drop the namespace's schedules the code
-    no longer declares, cancelling their pending fires that have not started. A paused
-    schedule stays paused. Answers the names dropped."""
+    no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
+    paused schedule stays paused. Answers the names dropped. Touches only
+    ``acta.schedule``: a lock on ``acta.job`` must hold up a worker's first claim, not its
+    start-up."""
     s = quote(schema)
     return f"""
         WITH d AS (
@@ -43,14 +45,17 @@ def store_schedules(schema: str) -> str:
             DELETE FROM {s}.schedule AS sc
             WHERE sc.namespace = $1 AND sc.name <> ALL ($2::text[])
             RETURNING sc.name
-        ),
-        stopped AS (
-            UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
-            WHERE j.namespace = $1 AND j.schedule_name IN (SELECT name FROM gone)
-              AND j.status = 'ready'
-            RETURNING 1
         )
         SELECT name FROM gone"""
+
+
+def cancel_dropped_fires(schema: str) -> str:
+    """The pending fires (not started) of dropped schedules $2 of namespace $1 end
+    ``cancelled``."""
+    s = quote(schema)
+    return f"""
+        UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
+        WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND j.status = 'ready'"""
 
 
 def unfired_schedules(schema: str) -> str:

@@ -48,6 +48,7 @@ class WorkerSQL:
         self.admit = admission.admit(schema)
         self.children_of = waits.children_of(schema)
         self.store_schedules = schedules.store_schedules(schema)
+        self.cancel_dropped_fires = schedules.cancel_dropped_fires(schema)
         self.unfired_schedules = schedules.unfired_schedules(schema)
         self.lock_schedules = schedules.lock_schedules(schema)
         self.enqueue_fires = schedules.enqueue_fires(schema)

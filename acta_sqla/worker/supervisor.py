@@ -168,7 +168,19 @@ class Worker:
                 "schedules no longer declared, stopped: {}", ", ".join(dropped)
             )
         if schedules:
+            # Beside start-up, like the stages' warm-up: a lock on acta.job must hold up
+            # the first fire, not the worker's start.
+            self._spawn(self._ensure_fires_logged(store))
+
+    async def _ensure_fires_logged(self, store: WorkerStore) -> None:
+        try:
             await self._ensure_fires(store)
+        except Exception as exc:  # the next recovery pass tries again
+            log.bind(event="schedule_fires_failed").warning(
+                "could not enqueue the schedules' next fires (the next recovery pass tries "
+                "again): {}",
+                exc,
+            )
 
     async def _ensure_fires(self, store: WorkerStore) -> None:
         for name, tick in await store.ensure_fires(self.acta.schedules):

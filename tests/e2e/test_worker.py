@@ -160,8 +160,10 @@ def test_cancel_stops_an_executing_job_within_a_heartbeat(db, sql, start_worker,
     assert w.wait() == 0
     shown = run_acta(db, "jobs", "show", str(job_id))
     assert "cancelled" in shown.stdout and "sleepy" in shown.stdout
-    status = run_acta(db, "status")
+    status = run_acta(db, "status", "--namespace", "e2e")
     assert status.returncode == 0 and "sleepy" in status.stdout
+    every = run_acta(db, "status")
+    assert every.returncode == 0 and every.stdout.splitlines()[1].startswith("e2e ")
 
 
 def test_acta_demo_runs_the_whole_system(db) -> None:  # type: ignore[no-untyped-def]

@@ -848,6 +848,11 @@ SELECT json_agg(json_build_array(id, kind, status, result, last_error)
                 ORDER BY id)::text
 FROM "acta".job WHERE parent_id = $1;
 
+-- schedules.cancel_dropped_fires: The pending fires (not started) of dropped schedules $2 of
+--   namespace $1 end ``cancelled``.
+UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
+WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND j.status = 'ready';
+
 -- schedules.enqueue_fires: Enqueue fire $3[i] (a tick) of schedule $2[i] of namespace $1, under the
 --   locks :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled, and
 --   it has no pending fire and no fire at or after that tick (a fire's completion may have enqueued
@@ -924,8 +929,9 @@ FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 
 -- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
 --   parallel arrays: name, cron, timezone, kind, args, missed), and drop the namespace's schedules
---   the code no longer declares, cancelling their pending fires that have not started. A paused
---   schedule stays paused. Answers the names dropped.
+--   the code no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
+--   paused schedule stays paused. Answers the names dropped. Touches only ``acta.schedule``: a lock
+--   on ``acta.job`` must hold up a worker's first claim, not its start-up.
 WITH d AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                          $7::text[]) AS d(name, cron, timezone, kind, args, missed)
@@ -945,12 +951,6 @@ gone AS (
     DELETE FROM "acta".schedule AS sc
     WHERE sc.namespace = $1 AND sc.name <> ALL ($2::text[])
     RETURNING sc.name
-),
-stopped AS (
-    UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
-    WHERE j.namespace = $1 AND j.schedule_name IN (SELECT name FROM gone)
-      AND j.status = 'ready'
-    RETURNING 1
 )
 SELECT name FROM gone;
 
