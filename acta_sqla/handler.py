@@ -23,6 +23,7 @@ from . import payload
 from .errors import ConfigurationError, InvalidJob, InvalidJobArgs
 from .policy import JOB_OPTIONS, Policy, check_templates, job_options, render_key
 from .settings import MAX_ARGS_BYTES
+from .tracing import current_context
 
 if TYPE_CHECKING:
     from .models import Job
@@ -290,5 +291,7 @@ class JobBatch:
             "rate_key": self.rate_keys or none,
             "lane_key": self.lane_keys or none,
             "unique_key": self.unique_keys or none,
+            # The trace context current when the batch is enqueued: one for every job.
+            "trace_context": [current_context()] * n,
             "ord": list(range(1, n + 1)),
         }

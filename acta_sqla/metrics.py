@@ -13,9 +13,21 @@
 | acta.loop.stall.duration      | histogram             | s    | namespace         |
 | acta.lifeline.renewals        | counter (rows)        | 1    | namespace         |
 | acta.admission.bounces        | counter               | 1    | reason, namespace |
+| acta.waits                    | counter               | 1    | reason, namespace |
+| acta.queue.depth              | observable gauge      | 1    | namespace, kind, status |
+| acta.job.duration             | histogram             | s    | namespace, kind, outcome |
+| acta.job.queue_wait           | histogram             | s    | namespace, kind, outcome |
 
 Per-job work stays off the metric path: the in-flight gauge is read from the registry when
-a collector asks, and outcome counts are added once per batch.
+a collector asks, and outcome counts are added once per batch. The two per-job histograms
+are recorded only when the process has a metrics SDK (checked once per worker), so a
+worker without one pays nothing for them. The queue depth is ONE query per heartbeat
+interval per namespace (not per worker): the heartbeat of a worker with a metrics SDK that
+finds the namespace's ``depth_due_at`` past takes the turn and answers the depth with its
+beat; that worker's gauge reports it (ready, executing and waiting jobs by kind) until a
+newer one comes. A gauge reading stays current for two beats: a collector gets the depth
+from whichever worker measured last (sum nothing across workers: take the latest, or max,
+per namespace, kind and status).
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 
-from .values import Completion
+from .values import ClaimedJob, Completion, Outcome
 
 if TYPE_CHECKING:
     from .worker.inflight import Registry
@@ -90,6 +102,78 @@ ADMISSION_BOUNCES = _meter.create_counter(
 )
 
 
+WAITS = _meter.create_counter(
+    "acta.waits",
+    description="Jobs parked waiting by their handler (WaitForSignal: reason signal; "
+    "WaitForChildren: reason children). Uncharged.",
+)
+JOB_DURATION = _meter.create_histogram(
+    "acta.job.duration", unit="s", description="How long one attempt's handler ran."
+)
+QUEUE_WAIT = _meter.create_histogram(
+    "acta.job.queue_wait",
+    unit="s",
+    description="From a job's due time (enqueue, retry or schedule) to the claim of the attempt.",
+)
+
+_depth: dict[str, tuple[float, list[tuple[str, str, int]]]] = {}
+"""namespace -> (monotonic time measured, [(kind, status, count)]): this process's latest
+measure of each namespace's depth."""
+DEPTH_FRESH_BEATS = 2
+
+
+def _observe_depth(_options: Any) -> Iterable[metrics.Observation]:
+    import time
+
+    now = time.monotonic()
+    for namespace, (at, rows) in list(_depth.items()):
+        if now - at > _depth_fresh.get(namespace, 90.0):
+            continue  # another worker measures it now
+        for kind, status, count in rows:
+            yield metrics.Observation(
+                count, {"namespace": namespace, "kind": kind, "status": status}
+            )
+
+
+_depth_fresh: dict[str, float] = {}
+
+QUEUE_DEPTH = _meter.create_observable_gauge(
+    "acta.queue.depth",
+    callbacks=[_observe_depth],
+    description="Jobs ready, executing and waiting, by kind (one measure per heartbeat "
+    "interval per namespace, taken by one worker).",
+)
+
+
+def sdk_configured() -> bool:
+    """True when the process has a real meter provider (an SDK), not the API's default."""
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    provider = metrics.get_meter_provider()
+    return type(provider).__name__ != "_ProxyMeterProvider" and not isinstance(
+        provider, NoOpMeterProvider
+    )
+
+
+def record_depth(namespace: str, rows: list[tuple[str, str, int]], beat: float) -> None:
+    """The namespace's depth as this worker's heartbeat measured it."""
+    import time
+
+    _depth[namespace] = (time.monotonic(), rows)
+    _depth_fresh[namespace] = DEPTH_FRESH_BEATS * beat
+
+
+def record_job(namespace: str, job: ClaimedJob, completion: Completion) -> None:
+    """One attempt's duration and queue wait (only called with a metrics SDK)."""
+    if not completion.record:
+        return  # a hand-back or a bounce: not an attempt
+    attrs = {"namespace": namespace, "kind": job.kind, "outcome": completion.outcome.value}
+    if completion.ran_seconds is not None:
+        JOB_DURATION.record(completion.ran_seconds, attrs)
+    if job.waited is not None:
+        QUEUE_WAIT.record(max(0.0, job.waited), attrs)
+
+
 def watch_registry(registry: Registry, namespace: str) -> None:
     _registries[registry] = namespace
 
@@ -108,6 +192,11 @@ def record_batch(
     COMPLETION_DURATION.record(seconds, attrs)
     for outcome, n in Counter(c.outcome for c in batch).items():
         COMPLETIONS.add(n, {"outcome": outcome.value, "namespace": namespace})
+        if outcome is Outcome.WAITING:
+            for c in batch:
+                if c.outcome is Outcome.WAITING:
+                    reason = "children" if c.children is not None else "signal"
+                    WAITS.add(1, {"reason": reason, "namespace": namespace})
     lost = len(batch) - len(applied)
     if lost > 0:
         LEASE_LOST.add(lost, attrs)

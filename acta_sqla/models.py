@@ -43,6 +43,7 @@ from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
 from .status import JobStatus as JobStatus
 from .status import WorkerStatus as WorkerStatus
+from .tracing import current_context
 
 
 class Base(DeclarativeBase):
@@ -129,6 +130,8 @@ class Job(Base):
     """The schedule this job is a fire of (docs/schedules.md); None for other jobs."""
     scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """A fire's tick (``ctx.scheduled_at``); ``acta schedules run`` sets it to now."""
+    trace_context: Mapped[str | None] = mapped_column(Text)
+    """The W3C trace context current at enqueue (JSON), None when nothing was traced."""
     resumed: Mapped[str | None] = mapped_column(Text)
     """Why the job last left a durable wait (``signal``, ``timeout``, ``children``): the
     next runs see it as ``ctx.resumed``; a new wait clears it (docs/waits.md)."""
@@ -261,6 +264,10 @@ class Job(Base):
             self._delay_seconds = seconds
         elif "run_at" in fields:
             job_option(kind, "run_at", fields["run_at"])
+        if "trace_context" not in fields:
+            traced = current_context()
+            if traced is not None:
+                fields["trace_context"] = traced
         super().__init__(kind=kind, args={} if args is None else args, **fields)
 
     @validates("args")
@@ -353,6 +360,9 @@ class Namespace(Base):
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     definitions_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
     """Moves on every definition change; workers reload their policies when it moves."""
+    depth_due_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=text("'-infinity'::timestamptz")
+    )
     recovery_due_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )

@@ -231,6 +231,8 @@ class WorkerStore:
         self.namespace = namespace
         self.timings = timings
         self.worker_id: int | None = None
+        self.measure_depth = False
+        """Take the namespace's queue-depth turn in the heartbeat (a metrics SDK is set)."""
         self.paused: list[str] = []
         """Kinds an operator paused (the last definitions loaded): the claim skips them."""
         # The claim commits durably (the server's synchronous_commit) before any handler
@@ -454,7 +456,15 @@ class WorkerStore:
             locks_renewed=frozenset(
                 zip(r["lock_names"], r["lock_job_ids"], r["lock_execution_ids"], strict=True)
             ),
+            depth=await self._measure_depth() if self.measure_depth else None,
         )
+
+    async def _measure_depth(self) -> list[tuple[Any, ...]] | None:
+        """The namespace's depth if this beat takes the interval's turn (else None)."""
+        rows = await self.heartbeat_conn.fetch(
+            self.sql.measure_depth, self.namespace, self.timings.heartbeat
+        )
+        return [tuple(x) for x in json.loads(rows[0][0])] if rows else None
 
     async def take_lock(self, name: str, job_id: int, execution_id: int) -> bool:
         rows = await self.lock_conn.fetch(

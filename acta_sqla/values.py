@@ -38,6 +38,10 @@ class ClaimedJob(NamedTuple):
     """The schedule this job is a fire of (None: not a fire)."""
     scheduled_at: datetime | None = None
     """A fire's tick (``ctx.scheduled_at``)."""
+    trace_context: str | None = None
+    """The W3C trace context captured at enqueue (JSON), if any."""
+    waited: float | None = None
+    """Seconds from the job's due time to its claim (the queue wait)."""
     alone: bool = False
     """Claimed alone: a suspect (an earlier attempt was lost with its worker while the
     database did not know it had started). The claimer runs it with nothing else in flight
@@ -196,3 +200,5 @@ class HeartbeatReport:
     """This worker took the namespace's recovery pass: run it now."""
     locks_renewed: frozenset[tuple[str, int, int]] = frozenset()
     """(name, job, execution) of the named locks whose lease moved on."""
+    depth: list[tuple[Any, ...]] | None = None
+    """(kind, status, count) of the namespace's active jobs, when this beat measured them."""

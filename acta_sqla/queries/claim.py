@@ -38,7 +38,9 @@ def _claimed(schema: str, returning: str = "") -> str:
             RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
                       j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
                       j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
-                      j.schedule_name, j.scheduled_at, j.run_at{returning}"""
+                      j.schedule_name, j.scheduled_at, j.trace_context,
+                      extract(epoch FROM now() - j.run_at)::float8 AS waited,
+                      j.run_at{returning}"""
 
 
 def _unpaused(param: int | None) -> str:
@@ -87,7 +89,8 @@ def claim_jobs(schema: str, paused_param: int | None = None) -> str:
         -- In claim order (the executors take them so); columns in ClaimedJob's order.
         SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
                c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
-               c.resumed, c.schedule_name, c.scheduled_at, c.suspect AS alone, w.suspect_due
+               c.resumed, c.schedule_name, c.scheduled_at, c.trace_context, c.waited,
+               c.suspect AS alone, w.suspect_due
         FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
         LEFT JOIN claimed c ON true
         ORDER BY c.priority, c.run_at, c.id"""
@@ -116,7 +119,7 @@ def claim_plain(schema: str, paused_param: int | None = None) -> str:
         -- In claim order (the executors take them so); columns in ClaimedJob's order.
         SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
                concurrency_key, rate_key, lane_key, parent_id, signals, resumed,
-               schedule_name, scheduled_at, false AS alone
+               schedule_name, scheduled_at, trace_context, waited, false AS alone
         FROM claimed ORDER BY priority, run_at, id"""
 
 

@@ -94,3 +94,28 @@ def heartbeat(schema: str) -> str:
                EXISTS (SELECT 1 FROM recovery) AS recovery_due,
                EXISTS (SELECT 1 FROM beat) AS worker_found,
                (SELECT count(*) FROM woken) AS woken"""
+
+
+def measure_depth(schema: str) -> str:
+    """The queue-depth gauge's measure: ONE per beat interval ($2 seconds) per namespace
+    ($1), taken by the first worker with a metrics SDK whose beat finds it due (a worker
+    without one never sends this). Answers the namespace's ready, executing and waiting
+    jobs by kind and status as JSON, or no row when another worker measured it within the
+    interval. (Not a CTE of the heartbeat: that statement's recovery turn updates the same
+    namespace row, and one statement updates a row once.)"""
+    s = quote(schema)
+    return f"""
+        WITH turn AS (
+            UPDATE {s}.namespace SET depth_due_at = now() + make_interval(secs => $2)
+            WHERE name = $1 AND depth_due_at <= now()
+            RETURNING name
+        )
+        SELECT coalesce((
+            SELECT json_agg(json_build_array(d.kind, d.status, d.n))
+            FROM (
+                SELECT kind, status, count(*) AS n FROM {s}.job
+                WHERE namespace = $1 AND status IN ('ready', 'executing', 'waiting')
+                GROUP BY kind, status
+            ) AS d
+        ), '[]')::text AS depth
+        FROM turn"""

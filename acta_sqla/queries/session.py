@@ -44,6 +44,7 @@ _BULK_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("rate_key", Text),
     ("lane_key", Text),
     ("unique_key", Text),
+    ("trace_context", Text),
 )
 
 
@@ -106,6 +107,7 @@ def insert_jobs_bulk() -> Any:
         "rate_key",
         "lane_key",
         "unique_key",
+        "trace_context",
     ]
     source = select(
         src.c.namespace,
@@ -118,6 +120,7 @@ def insert_jobs_bulk() -> Any:
         src.c.rate_key,
         src.c.lane_key,
         src.c.unique_key,
+        src.c.trace_context,
     ).order_by(src.c.ord)
     table = Job.__table__
     return (
@@ -144,7 +147,7 @@ def bulk_params(jobs: Sequence[Job]) -> dict[str, list[Any]]:
         params["run_at"].append(run_at.isoformat() if isinstance(run_at, datetime) else None)
         params["delay"].append(d.get("_delay_seconds"))
         params["max_attempts"].append(d.get("max_attempts"))
-        for name in ("concurrency_key", "rate_key", "lane_key", "unique_key"):
+        for name in ("concurrency_key", "rate_key", "lane_key", "unique_key", "trace_context"):
             params[name].append(d.get(name))
     params["ord"] = list(range(1, len(jobs) + 1))
     return params

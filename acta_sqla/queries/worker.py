@@ -44,6 +44,7 @@ class WorkerSQL:
         self.store_definitions = definitions.store_definitions(schema)
         self.load_definitions = definitions.load_definitions(schema)
         self.heartbeat = heartbeat.heartbeat(schema)
+        self.measure_depth = heartbeat.measure_depth(schema)
         self.take_lock = locks.take_lock(schema)
         self.admit = admission.admit(schema)
         self.children_of = waits.children_of(schema)

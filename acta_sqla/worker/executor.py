@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import threading
@@ -33,6 +34,7 @@ from typing import Any
 
 from loguru import logger
 
+from .. import metrics, tracing
 from ..app import Handler
 from ..context import Context
 from ..errors import Cancel, Fail, Retry
@@ -143,6 +145,10 @@ class Executor:
         """The worker's lease (from its heartbeat interval): part of the overrun cap."""
         self.children_of = children_of
         self.chain = chain
+        self.tracer = tracing.worker_tracer()
+        """The attempt spans' tracer; None without an OpenTelemetry SDK (no span work)."""
+        self.job_metrics = metrics.sdk_configured()
+        """Record per-job histograms (duration, queue wait): only with a metrics SDK."""
         """Adds a schedule's next fire to a fire's completion (None: no schedules here)."""
         """Reads ``ctx.children`` for a run that follows a wait (None: no database)."""
         self._warned_kinds: set[str] = set()
@@ -172,6 +178,8 @@ class Executor:
             )
             policy = self.policies(entry.job.kind)
             completion = completions.failed(entry.job, policy, error_fields(exc), None)
+        if self.job_metrics:
+            metrics.record_job(self.namespace, entry.job, completion)
         if entry.job.schedule_name is not None and self.chain is not None:
             completion = self.chain(entry.job, completion)
         entry.state = EntryState.FINALIZING
@@ -203,6 +211,14 @@ class Executor:
         return await self._run_handler(entry, handler)
 
     async def _run_handler(self, entry: Entry, handler: Handler[Any, Any]) -> Completion:
+        if self.tracer is None:
+            return await self._run_attempt(entry, handler)
+        with tracing.job_span(self.tracer, entry.job, self.namespace) as span:
+            completion = await self._run_attempt(entry, handler)
+            tracing.end_job_span(span, completion)
+            return completion
+
+    async def _run_attempt(self, entry: Entry, handler: Handler[Any, Any]) -> Completion:
         job = entry.job
         policy = self.policies(job.kind)
         try:
@@ -249,7 +265,10 @@ class Executor:
                 result = await handler.fn(ctx, **kwargs)
             else:
                 assert stop is not None
-                thread = self.pool.submit(functools.partial(handler.fn, ctx, **kwargs))
+                call_fn = functools.partial(handler.fn, ctx, **kwargs)
+                if self.tracer is not None:  # the attempt's span, current in the thread too
+                    call_fn = functools.partial(contextvars.copy_context().run, call_fn)
+                thread = self.pool.submit(call_fn)
                 call = SyncCall(thread, stop)
                 result = await self._wait_thread(entry, call, policy)
         except asyncio.CancelledError as exc:

@@ -60,6 +60,7 @@ class Heartbeat:
         timings: Timings,
         clock: Clock | None = None,
         on_definitions: Callable[[int], None] | None = None,
+        on_depth: Callable[[list[tuple[Any, ...]]], None] | None = None,
         on_recovery_due: Callable[[], None] | None = None,
         on_silence: Callable[[float], None] | None = None,
     ) -> None:
@@ -68,6 +69,8 @@ class Heartbeat:
         self.timings = timings
         self.clock = clock or Clock()
         self.on_definitions = on_definitions
+        self.on_depth = on_depth
+        """Told the namespace's queue depth when this worker's beat measured it."""
         self.on_recovery_due = on_recovery_due
         self.on_silence = on_silence
         self.beats = 0
@@ -176,6 +179,8 @@ class Heartbeat:
             self.on_definitions(report.definitions_version)
         if report.recovery_due and self.on_recovery_due is not None:
             self.on_recovery_due()
+        if report.depth is not None and self.on_depth is not None:
+            self.on_depth(report.depth)
         return report
 
     async def _bounded(self, call: Awaitable[HeartbeatReport], started: float) -> HeartbeatReport:

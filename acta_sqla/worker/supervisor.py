@@ -201,6 +201,7 @@ class Worker:
         self.store = store = await self._connect()
         await self._register(store)
         metrics.watch_registry(self.registry, self.namespace)
+        store.measure_depth = metrics.sdk_configured()
         self.finalizer = Finalizer(
             store, self.registry, self.completed, self.clock, on_written=self._on_written
         )
@@ -248,6 +249,9 @@ class Worker:
             self.clock,
             on_definitions=self._on_definitions,
             on_recovery_due=self._on_recovery_due,
+            on_depth=lambda rows: metrics.record_depth(
+                self.namespace, rows, self.timings.heartbeat
+            ),
             on_silence=self._on_silence,
         )
         # Renews the leases from a thread of its own while a handler blocks the loop.

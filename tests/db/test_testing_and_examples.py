@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from opentelemetry import metrics
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from acta_sqla import Acta, Context, Job, JobStatus
 from acta_sqla.testing import drain
-
-_reader = InMemoryMetricReader()
-metrics.set_meter_provider(MeterProvider(metric_readers=[_reader]))
+from tests.telemetry import points as _points
 
 app = Acta(namespace="drained")
 seen: list[int] = []
@@ -61,17 +56,6 @@ async def test_the_quickstart_example_runs(db: str, async_session: AsyncSession)
         "send_welcome": {"sent": True, "user_id": 42, "template": "basic"},
         "resize_avatar": {"user_id": 42, "sizes": [64, 128, 256]},
     }
-
-
-def _points(name: str) -> list[object]:
-    data = _reader.get_metrics_data()
-    found = []
-    for rm in data.resource_metrics if data else []:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                if m.name == name:
-                    found.extend(m.data.data_points)
-    return found
 
 
 async def test_metrics_report_batches_outcomes_and_inflight(

@@ -40,12 +40,15 @@ claimed AS (
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
               j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
-              j.schedule_name, j.scheduled_at, j.run_at, j.suspect
+              j.schedule_name, j.scheduled_at, j.trace_context,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              j.run_at, j.suspect
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
        c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
-       c.resumed, c.schedule_name, c.scheduled_at, c.suspect AS alone, w.suspect_due
+       c.resumed, c.schedule_name, c.scheduled_at, c.trace_context, c.waited,
+       c.suspect AS alone, w.suspect_due
 FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
 LEFT JOIN claimed c ON true
 ORDER BY c.priority, c.run_at, c.id;
@@ -89,12 +92,15 @@ claimed AS (
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
               j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
-              j.schedule_name, j.scheduled_at, j.run_at, j.suspect
+              j.schedule_name, j.scheduled_at, j.trace_context,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              j.run_at, j.suspect
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT c.id, c.execution_id, c.kind, c.args, c.attempts, c.max_attempts, c.priority,
        c.concurrency_key, c.rate_key, c.lane_key, c.parent_id, c.signals,
-       c.resumed, c.schedule_name, c.scheduled_at, c.suspect AS alone, w.suspect_due
+       c.resumed, c.schedule_name, c.scheduled_at, c.trace_context, c.waited,
+       c.suspect AS alone, w.suspect_due
 FROM (SELECT EXISTS (SELECT 1 FROM suspect) AS suspect_due) w
 LEFT JOIN claimed c ON true
 ORDER BY c.priority, c.run_at, c.id;
@@ -127,12 +133,14 @@ claimed AS (
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
               j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
-              j.schedule_name, j.scheduled_at, j.run_at
+              j.schedule_name, j.scheduled_at, j.trace_context,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              j.run_at
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
        concurrency_key, rate_key, lane_key, parent_id, signals, resumed,
-       schedule_name, scheduled_at, false AS alone
+       schedule_name, scheduled_at, trace_context, waited, false AS alone
 FROM claimed ORDER BY priority, run_at, id;
 
 -- claim.claim_plain_unpaused: ``claim_plain`` skipping the paused kinds ($5).
@@ -159,12 +167,14 @@ claimed AS (
     RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
               j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
               j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
-              j.schedule_name, j.scheduled_at, j.run_at
+              j.schedule_name, j.scheduled_at, j.trace_context,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              j.run_at
 )
 -- In claim order (the executors take them so); columns in ClaimedJob's order.
 SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
        concurrency_key, rate_key, lane_key, parent_id, signals, resumed,
-       schedule_name, scheduled_at, false AS alone
+       schedule_name, scheduled_at, trace_context, waited, false AS alone
 FROM claimed ORDER BY priority, run_at, id;
 
 -- claim.next_due_in: Seconds until the next ready row of namespace $1 is due (None: none is
@@ -421,6 +431,27 @@ SELECT ARRAY(SELECT id FROM renewed ORDER BY id) AS renewed_ids,
        EXISTS (SELECT 1 FROM recovery) AS recovery_due,
        EXISTS (SELECT 1 FROM beat) AS worker_found,
        (SELECT count(*) FROM woken) AS woken;
+
+-- heartbeat.measure_depth: The queue-depth gauge's measure: ONE per beat interval ($2 seconds) per
+--   namespace ($1), taken by the first worker with a metrics SDK whose beat finds it due (a worker
+--   without one never sends this). Answers the namespace's ready, executing and waiting jobs by
+--   kind and status as JSON, or no row when another worker measured it within the interval. (Not a
+--   CTE of the heartbeat: that statement's recovery turn updates the same namespace row, and one
+--   statement updates a row once.)
+WITH turn AS (
+    UPDATE "acta".namespace SET depth_due_at = now() + make_interval(secs => $2)
+    WHERE name = $1 AND depth_due_at <= now()
+    RETURNING name
+)
+SELECT coalesce((
+    SELECT json_agg(json_build_array(d.kind, d.status, d.n))
+    FROM (
+        SELECT kind, status, count(*) AS n FROM "acta".job
+        WHERE namespace = $1 AND status IN ('ready', 'executing', 'waiting')
+        GROUP BY kind, status
+    ) AS d
+), '[]')::text AS depth
+FROM turn;
 
 -- recovery.finish_expired: Recovery, step 1b: the completions Python built for the expired rows,
 --   applied by the same parts as complete_executions (so the same terminal effects follow); the
@@ -982,12 +1013,12 @@ WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR AND acta.definition.k
 
 -- session.insert_jobs_bulk: INSERT a batch of jobs from parallel arrays in one statement, in input
 --   order.
-INSERT INTO acta.job (namespace, kind, args, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, status, attempts, pending_children, cancel_requested, suspect, created_at) SELECT src.namespace, src.kind, CAST(src.args AS JSONB) AS args, src.priority, coalesce(CAST(src.run_at AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(src.delay, %(coalesce_2)s))) AS coalesce_1, src.max_attempts, src.concurrency_key, src.rate_key, src.lane_key, src.unique_key, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, %(suspect)s AS anon_5, now() AS now_1
-FROM (SELECT unnest(%(namespace)s::TEXT[]) AS namespace, unnest(%(kind)s::TEXT[]) AS kind, unnest(%(args)s::TEXT[]) AS args, unnest(%(priority)s::SMALLINT[]) AS priority, unnest(%(run_at)s::TEXT[]) AS run_at, unnest(%(delay)s::DOUBLE PRECISION[]) AS delay, unnest(%(max_attempts)s::INTEGER[]) AS max_attempts, unnest(%(concurrency_key)s::TEXT[]) AS concurrency_key, unnest(%(rate_key)s::TEXT[]) AS rate_key, unnest(%(lane_key)s::TEXT[]) AS lane_key, unnest(%(unique_key)s::TEXT[]) AS unique_key, unnest(%(ord)s::INTEGER[]) AS ord) AS src ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
+INSERT INTO acta.job (namespace, kind, args, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, trace_context, status, attempts, pending_children, cancel_requested, suspect, created_at) SELECT src.namespace, src.kind, CAST(src.args AS JSONB) AS args, src.priority, coalesce(CAST(src.run_at AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(src.delay, %(coalesce_2)s))) AS coalesce_1, src.max_attempts, src.concurrency_key, src.rate_key, src.lane_key, src.unique_key, src.trace_context, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, %(suspect)s AS anon_5, now() AS now_1
+FROM (SELECT unnest(%(namespace)s::TEXT[]) AS namespace, unnest(%(kind)s::TEXT[]) AS kind, unnest(%(args)s::TEXT[]) AS args, unnest(%(priority)s::SMALLINT[]) AS priority, unnest(%(run_at)s::TEXT[]) AS run_at, unnest(%(delay)s::DOUBLE PRECISION[]) AS delay, unnest(%(max_attempts)s::INTEGER[]) AS max_attempts, unnest(%(concurrency_key)s::TEXT[]) AS concurrency_key, unnest(%(rate_key)s::TEXT[]) AS rate_key, unnest(%(lane_key)s::TEXT[]) AS lane_key, unnest(%(unique_key)s::TEXT[]) AS unique_key, unnest(%(trace_context)s::TEXT[]) AS trace_context, unnest(%(ord)s::INTEGER[]) AS ord) AS src ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, suspect, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
+INSERT INTO acta.job (namespace, kind, args, status, priority, run_at, attempts, unique_key, pending_children, cancel_requested, suspect, created_at) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, now(), %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s, now()) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
 
 -- session.job_status: One job's status (cancel tells a finished job from a missing one).
 SELECT acta.job.status
@@ -1004,7 +1035,7 @@ UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTE
 
 -- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
 --   (enqueue returns it).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(unique_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
 
@@ -1247,6 +1278,7 @@ CREATE TABLE acta.job (
 	signals JSONB,
 	schedule_name TEXT,
 	scheduled_at TIMESTAMP WITH TIME ZONE,
+	trace_context TEXT,
 	resumed TEXT,
 	result JSONB,
 	last_error JSONB,
@@ -1310,6 +1342,7 @@ CREATE TABLE acta.lock (
 CREATE TABLE acta.namespace (
 	name TEXT NOT NULL,
 	definitions_version BIGINT DEFAULT '0' NOT NULL,
+	depth_due_at TIMESTAMP WITH TIME ZONE DEFAULT '-infinity'::timestamptz NOT NULL,
 	recovery_due_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
 	created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
 	CONSTRAINT namespace_pkey PRIMARY KEY (name)
