@@ -400,3 +400,125 @@ async def namespace_summaries(
         alive = sum(1 for w in await workers(session, ns, 1000) if w.status.value == "running")
         out.append((ns, depth, alive))
     return out
+
+
+# ------------------------------------------------------------------ lanes, keys, schedules
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRow:
+    lane: str
+    jobs: int
+    head: JobRow | None
+
+
+@dataclass(frozen=True, slots=True)
+class LaneJob(JobRow):
+    worker_id: int | None
+    claimed_at: datetime | None
+    concurrency_key: str | None
+    awaited_signal: str | None
+    pending_children: int
+
+
+async def lanes(session: AsyncSession, namespace: str, limit: int = 200) -> list[LaneRow]:
+    """The namespace's lanes with unfinished jobs, each with its length and its head."""
+    rows = (await session.execute(q.list_lanes(namespace, limit))).all()
+    if not rows:
+        return []
+    heads = {
+        r.lane_key: _make(JobRow, r)
+        for r in (await session.execute(q.lane_heads(namespace, [r[0] for r in rows]))).all()
+    }
+    return [LaneRow(lane, int(n), heads.get(lane)) for lane, n, _ in rows]
+
+
+async def lane(session: AsyncSession, namespace: str, key: str, limit: int = 500) -> list[LaneJob]:
+    """A lane's unfinished jobs in run order (its head first)."""
+    rows = (await session.execute(q.lane_jobs(namespace, key, limit))).all()
+    return [_make(LaneJob, r) for r in rows]
+
+
+def head_waits_on(head: LaneJob, paused: bool) -> str:
+    """What a lane's head (the job the lane runs next) waits on, in words."""
+    if head.status is JobStatus.EXECUTING:
+        return f"running on worker #{head.worker_id}" if head.worker_id else "running"
+    if head.status is JobStatus.WAITING:
+        if head.awaited_signal is not None:
+            return f"waiting for signal {head.awaited_signal!r}"
+        if head.pending_children:
+            return f"waiting for {head.pending_children} child job(s)"
+        return "queued behind an unfinished job of the lane"
+    if paused:
+        return f"its kind {head.kind!r} is paused"
+    if head.concurrency_key is not None:
+        return f"due; needs a free slot of concurrency key {head.concurrency_key!r}"
+    return "due: the next free executor takes it"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    key: str
+    held: int
+    queued: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRow:
+    job_id: int
+    execution_id: int
+    worker_id: int | None
+    acquired_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class KeyDetail:
+    key: str
+    slots: tuple[SlotRow, ...]
+    jobs: tuple[JobRow, ...]
+    limits: dict[str, int]
+    """kind -> its effective concurrency limit, for the kinds with unfinished jobs here."""
+    rate_next_at: datetime | None
+
+
+async def concurrency_keys(session: AsyncSession, namespace: str, limit: int = 200) -> list[KeyRow]:
+    """Concurrency keys in use: slots held and ready jobs behind each."""
+    rows = (await session.execute(q.list_concurrency_keys(namespace, limit))).all()
+    return [KeyRow(str(k), int(h), int(n)) for k, h, n in rows]
+
+
+async def concurrency_key(
+    session: AsyncSession, namespace: str, key: str, limit: int = 200
+) -> KeyDetail:
+    """One key: its slots, its unfinished jobs, its kinds' limits, its rate meter."""
+    slots = tuple(_make(SlotRow, r) for r in (await session.execute(q.key_slots(namespace, key))))
+    jobs = tuple(
+        _make(JobRow, r) for r in (await session.execute(q.key_jobs(namespace, key, limit)))
+    )
+    limits = {}
+    for kind, declared, overrides in (await session.execute(q.key_kinds(namespace, key))).all():
+        effective = {**(declared or {}), **(overrides or {})}
+        limits[str(kind)] = int(effective.get("concurrency_limit") or 1)
+    meter = (await session.execute(q.rate_meter(namespace, key))).first()
+    return KeyDetail(key, slots, jobs, limits, meter[0] if meter else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    name: str
+    cron: str
+    timezone: str
+    kind: str
+    args: dict[str, Any]
+    missed: str
+    enabled: bool
+    next_fire: datetime | None
+    last_fire: datetime | None
+    last_status: str | None
+    last_job_id: int | None
+
+
+async def schedules(session: AsyncSession, namespace: str) -> list[ScheduleRow]:
+    """The namespace's schedules, each with its next fire and its latest finished one."""
+    rows = (await session.execute(q.list_schedule_rows(namespace))).all()
+    return [_make(ScheduleRow, r) for r in rows]

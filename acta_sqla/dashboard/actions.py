@@ -4,7 +4,7 @@ lines here), and the delete of finished jobs. Each runs in the caller's transact
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -37,3 +37,50 @@ async def delete_finished(session: AsyncSession, job_ids: list[int]) -> list[int
     if gone:
         await session.execute(q.delete_history(gone))
     return gone
+
+
+async def _driver(session: AsyncSession) -> Any:
+    """The session's asyncpg connection (in the session's transaction): the schedules'
+    statements are the worker's, in asyncpg's ``$n`` style."""
+    raw = await (await session.connection()).get_raw_connection()
+    return raw.driver_connection
+
+
+def schema_of(session: AsyncSession) -> str:
+    """The schema of acta's tables for this session's engine (its schema_translate_map)."""
+    bind = session.get_bind()
+    translate = bind.get_execution_options().get("schema_translate_map") or {}
+    return str(translate.get("acta", "acta"))
+
+
+async def schedule(session: AsyncSession, namespace: str, name: str, op: str) -> str:
+    """As ``acta schedules pause|resume|run NAME``: a result code for the page."""
+    from .. import schedules
+    from ..queries import schedules as q
+
+    conn = await _driver(session)
+    schema = schema_of(session)
+    if op == "pause":
+        rows = await conn.fetch(q.pause_schedule(schema), namespace, name)
+        return "paused" if rows else "schedule-missing"
+    if op == "resume":
+        tick = await schedules.resume(conn, schema, namespace, name)
+        return "resumed" if tick is not None else "schedule-missing"
+    rows = await conn.fetch(q.run_schedule_now(schema), namespace, name)
+    return "fired" if rows else "schedule-missing"
+
+
+async def kind(session: AsyncSession, namespace: str, name: str, op: str) -> str:
+    """As ``acta pause|resume KIND``: a result code for the page."""
+    from ..app import Acta
+    from ..errors import ConfigurationError
+
+    acta = Acta(namespace, allow_unknown_kinds=True)
+    try:
+        if op == "pause":
+            await acta.pause(session, name)
+            return "paused"
+        await acta.resume(session, name)
+        return "resumed"
+    except ConfigurationError:
+        return "kind-missing"

@@ -57,6 +57,10 @@ NAV: list[tuple[str, str]] = [
     ("jobs", "Jobs"),
     ("failures", "Failures"),
     ("workers", "Workers"),
+    ("lanes", "Lanes"),
+    ("keys", "Keys"),
+    ("schedules", "Schedules"),
+    ("definitions", "Kinds"),
     ("locks", "Locks"),
 ]
 """The menu: (route name, label). The extension point for the pages of features still to
@@ -75,6 +79,11 @@ MESSAGES = {
     "missing": "No such job.",
     "deleted": "Job deleted.",
     "not-deleted": "Not deleted: only finished jobs can be deleted.",
+    "paused": "Paused.",
+    "resumed": "Resumed.",
+    "fired": "Extra fire enqueued: it runs now, beside the schedule's cadence.",
+    "schedule-missing": "No such schedule in this namespace.",
+    "kind-missing": "No such kind stored in this namespace.",
 }
 """Messages shown after an action, by code (the redirect names the code, never text)."""
 
@@ -395,6 +404,14 @@ def _routes(config: Config) -> list[Any]:
         post("/failures/{op:str}", failures_action, "failures_action"),
         get("/workers", workers, "workers"),
         get("/locks", locks, "locks"),
+        get("/lanes", lanes, "lanes"),
+        get("/lanes/{lane:path}", lane, "lane"),
+        get("/keys", keys, "keys"),
+        get("/keys/{key:path}", key, "key"),
+        get("/schedules", schedules, "schedules"),
+        post("/schedules/{name:str}/{op:str}", schedule_action, "schedule_action"),
+        get("/definitions", definitions, "definitions"),
+        post("/definitions/{kind:str}/{op:str}", definition_action, "definition_action"),
         Route("/login", _login(config), methods=["GET", "POST"], name="login"),
         Route("/logout", _logout(config), methods=["POST"], name="logout"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -524,6 +541,56 @@ async def locks(ctx: Ctx, session: AsyncSession) -> Response:
     return ctx.render("locks.html", locks=rows, live=True)
 
 
+async def lanes(ctx: Ctx, session: AsyncSession) -> Response:
+    rows = await inspect.lanes(session, ctx.namespace)
+    return ctx.render("lanes.html", lanes=rows, live=True)
+
+
+async def _paused(session: AsyncSession, namespace: str) -> set[str]:
+    return {
+        d.kind for d in await inspect.definitions(session, namespace) if d.effective.get("paused")
+    }
+
+
+async def lane(ctx: Ctx, session: AsyncSession) -> Response:
+    key = ctx.request.path_params["lane"]
+    rows = await inspect.lane(session, ctx.namespace, key)
+    if not rows:
+        return ctx.render(
+            "error.html", 404, error=f"Lane {key!r} has no unfinished job in {ctx.namespace!r}."
+        )
+    head = rows[0]
+    waits_on = inspect.head_waits_on(head, head.kind in await _paused(session, ctx.namespace))
+    return ctx.render("lane.html", lane=key, jobs=rows, head=head, waits_on=waits_on, live=True)
+
+
+async def keys(ctx: Ctx, session: AsyncSession) -> Response:
+    rows = await inspect.concurrency_keys(session, ctx.namespace)
+    return ctx.render("keys.html", keys=rows, live=True)
+
+
+async def key(ctx: Ctx, session: AsyncSession) -> Response:
+    name = ctx.request.path_params["key"]
+    detail = await inspect.concurrency_key(session, ctx.namespace, name)
+    if not detail.slots and not detail.jobs:
+        return ctx.render(
+            "error.html", 404, error=f"Key {name!r} has no slot held and no unfinished job."
+        )
+    return ctx.render("key.html", key=detail, live=True)
+
+
+async def schedules(ctx: Ctx, session: AsyncSession) -> Response:
+    rows = await inspect.schedules(session, ctx.namespace)
+    return ctx.render("schedules.html", schedules=rows, live=True)
+
+
+async def definitions(ctx: Ctx, session: AsyncSession) -> Response:
+    from ..policy import OVERRIDABLE
+
+    rows = await inspect.definitions(session, ctx.namespace)
+    return ctx.render("definitions.html", kinds=rows, fields=OVERRIDABLE)
+
+
 # ---------------------------------------------------------------------------- actions
 
 
@@ -567,6 +634,32 @@ async def job_action(ctx: Ctx, session: AsyncSession) -> Response:
         if code == "deleted":
             back = ctx.url("jobs")
     log.info("{} job {} from {}: {}", op, job_id, _client(ctx), code)
+    return ctx.redirect(back + ("&" if "?" in back else "?") + urlencode({"msg": code}))
+
+
+async def schedule_action(ctx: Ctx, session: AsyncSession) -> Response:
+    name = ctx.request.path_params["name"]
+    op = ctx.request.path_params["op"]
+    back = ctx.url("schedules")
+    if op not in ("pause", "resume", "run"):
+        raise BadInput(f"unknown action {op!r}: pause, resume or run")
+    if not _confirmed(ctx):
+        return _confirm(ctx, f"{op.capitalize()} schedule {name!r}?", op.capitalize(), back)
+    code = await actions.schedule(session, ctx.namespace, name, op)
+    log.info("{} schedule {} in {} from {}: {}", op, name, ctx.namespace, _client(ctx), code)
+    return ctx.redirect(back + ("&" if "?" in back else "?") + urlencode({"msg": code}))
+
+
+async def definition_action(ctx: Ctx, session: AsyncSession) -> Response:
+    kind = ctx.request.path_params["kind"]
+    op = ctx.request.path_params["op"]
+    back = ctx.url("definitions")
+    if op not in ("pause", "resume"):
+        raise BadInput(f"unknown action {op!r}: pause or resume")
+    if not _confirmed(ctx):
+        return _confirm(ctx, f"{op.capitalize()} kind {kind!r}?", op.capitalize(), back)
+    code = await actions.kind(session, ctx.namespace, kind, op)
+    log.info("{} kind {} in {} from {}: {}", op, kind, ctx.namespace, _client(ctx), code)
     return ctx.redirect(back + ("&" if "?" in back else "?") + urlencode({"msg": code}))
 
 

@@ -6,11 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Delete, Executable, Select, Text, cast, delete, func, select, union_all
+from sqlalchemy import Delete, Executable, Select, Text, cast, delete, func, select, true, union_all
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement
 
-from ..models import Definition, Execution, Job, Lock, Namespace, Worker
+from ..models import (
+    ConcurrencySlot,
+    Definition,
+    Execution,
+    Job,
+    Lock,
+    Namespace,
+    RateMeter,
+    Schedule,
+    Worker,
+)
 from ..status import TERMINAL_STATUSES, JobStatus
 
 JOB_COLUMNS = (
@@ -349,4 +360,186 @@ def list_definitions(namespace: str) -> Select[tuple[object, ...]]:
         select(Definition.kind, Definition.declared, Definition.overrides, Definition.updated_at)
         .where(Definition.namespace == namespace)
         .order_by(Definition.kind)
+    )
+
+
+# ------------------------------------------------------------------ lanes, keys, schedules
+
+
+def _active() -> Any:
+    return Job.status.in_((JobStatus.READY, JobStatus.EXECUTING, JobStatus.WAITING))
+
+
+def list_lanes(namespace: str, limit: int) -> Select[tuple[object, ...]]:
+    """The namespace's lanes with unfinished jobs: (lane, jobs, oldest id), by lane. By
+    ``job_lane_idx`` (unfinished laned jobs only)."""
+    return (
+        select(Job.lane_key, func.count(), func.min(Job.id))
+        .where(Job.namespace == namespace, Job.lane_key.is_not(None), _active())
+        .group_by(Job.lane_key)
+        .order_by(Job.lane_key)
+        .limit(limit)
+    )
+
+
+def lane_heads(namespace: str, lanes: list[str]) -> Select[tuple[object, ...]]:
+    """Each lane's head: its job that is not queued behind another (ready or executing, or
+    in a durable wait of its own), else its oldest. By ``job_lane_idx``."""
+    queued = (
+        (Job.status == JobStatus.WAITING)
+        & Job.awaited_signal.is_(None)
+        & (Job.pending_children == 0)
+    )
+    return (
+        select(*JOB_COLUMNS, Job.lane_key)
+        .where(Job.namespace == namespace, Job.lane_key.in_(lanes), _active())
+        .order_by(Job.lane_key, queued, Job.id)
+        .ext(distinct_on(Job.lane_key))
+    )
+
+
+def lane_jobs(namespace: str, lane: str, limit: int) -> Select[tuple[object, ...]]:
+    """A lane's unfinished jobs in run order: its head, then the queued ones by id (the
+    order the hand-on takes them)."""
+    queued = (
+        (Job.status == JobStatus.WAITING)
+        & Job.awaited_signal.is_(None)
+        & (Job.pending_children == 0)
+    )
+    return (
+        select(
+            *JOB_COLUMNS,
+            Job.worker_id,
+            Job.claimed_at,
+            Job.concurrency_key,
+            Job.awaited_signal,
+            Job.pending_children,
+        )
+        .where(Job.namespace == namespace, Job.lane_key == lane, _active())
+        .order_by(queued, Job.id)
+        .limit(limit)
+    )
+
+
+def list_concurrency_keys(namespace: str, limit: int) -> Select[tuple[object, ...]]:
+    """Concurrency keys in use: slots held and jobs ready behind each, by key."""
+    held = (
+        select(ConcurrencySlot.key.label("key"), func.count().label("held"))
+        .where(ConcurrencySlot.namespace == namespace)
+        .group_by(ConcurrencySlot.key)
+        .subquery()
+    )
+    queued = (
+        select(Job.concurrency_key.label("key"), func.count().label("queued"))
+        .where(
+            Job.namespace == namespace,
+            Job.status == JobStatus.READY,
+            Job.concurrency_key.is_not(None),
+        )
+        .group_by(Job.concurrency_key)
+        .subquery()
+    )
+    key = func.coalesce(held.c.key, queued.c.key)
+    return (
+        select(
+            key.label("key"),
+            func.coalesce(held.c.held, 0).label("held"),
+            func.coalesce(queued.c.queued, 0).label("queued"),
+        )
+        .select_from(held.join(queued, held.c.key == queued.c.key, full=True))
+        .order_by(key)
+        .limit(limit)
+    )
+
+
+def key_slots(namespace: str, key: str) -> Select[tuple[object, ...]]:
+    """The slots of one concurrency key: (job, execution, worker, acquired), by time."""
+    return (
+        select(
+            ConcurrencySlot.job_id,
+            ConcurrencySlot.execution_id,
+            ConcurrencySlot.worker_id,
+            ConcurrencySlot.acquired_at,
+        )
+        .where(ConcurrencySlot.namespace == namespace, ConcurrencySlot.key == key)
+        .order_by(ConcurrencySlot.acquired_at)
+    )
+
+
+def key_jobs(namespace: str, key: str, limit: int) -> Select[tuple[object, ...]]:
+    """The unfinished jobs of one concurrency key, in claim order."""
+    return (
+        select(*JOB_COLUMNS)
+        .where(Job.namespace == namespace, Job.concurrency_key == key, _active())
+        .order_by(Job.priority, Job.run_at, Job.id)
+        .limit(limit)
+    )
+
+
+def key_kinds(namespace: str, key: str) -> Select[tuple[object, ...]]:
+    """The kinds with unfinished jobs of one key, and their definitions (for the limit)."""
+    kinds = (
+        select(Job.kind)
+        .where(Job.namespace == namespace, Job.concurrency_key == key, _active())
+        .distinct()
+        .subquery()
+    )
+    return (
+        select(kinds.c.kind, Definition.declared, Definition.overrides)
+        .select_from(kinds)
+        .outerjoin(
+            Definition, (Definition.namespace == namespace) & (Definition.kind == kinds.c.kind)
+        )
+        .order_by(kinds.c.kind)
+    )
+
+
+def rate_meter(namespace: str, key: str) -> Select[tuple[object, ...]]:
+    """One rate key's meter: when it admits next."""
+    return select(RateMeter.next_at, RateMeter.booked, RateMeter.updated_at).where(
+        RateMeter.namespace == namespace, RateMeter.key == key
+    )
+
+
+def list_schedule_rows(namespace: str) -> Select[tuple[object, ...]]:
+    """The namespace's schedules with their pending fire and their latest finished fire."""
+    fires = Job.__table__.alias("fire")
+    pending = (
+        select(func.min(fires.c.scheduled_at))
+        .where(
+            fires.c.namespace == namespace,
+            fires.c.schedule_name == Schedule.name,
+            fires.c.status.in_(("ready", "executing", "waiting")),
+        )
+        .scalar_subquery()
+    )
+    last = (
+        select(fires.c.scheduled_at, fires.c.status, fires.c.id)
+        .where(
+            fires.c.namespace == namespace,
+            fires.c.schedule_name == Schedule.name,
+            fires.c.status.in_(("succeeded", "failed", "cancelled")),
+        )
+        .order_by(fires.c.scheduled_at.desc())
+        .limit(1)
+        .lateral("last")
+    )
+    return (
+        select(
+            Schedule.name,
+            Schedule.cron,
+            Schedule.timezone,
+            Schedule.kind,
+            Schedule.args,
+            Schedule.missed,
+            Schedule.enabled,
+            pending.label("next_fire"),
+            last.c.scheduled_at.label("last_fire"),
+            last.c.status.label("last_status"),
+            last.c.id.label("last_job_id"),
+        )
+        .select_from(Schedule)
+        .outerjoin(last, true())
+        .where(Schedule.namespace == namespace)
+        .order_by(Schedule.name)
     )

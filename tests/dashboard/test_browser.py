@@ -61,6 +61,11 @@ async def send_report(ctx: Context, to: str) -> None:
     return None
 
 
+@acta.job(lane="order-{order}", concurrency_key="acct-{order}")
+async def ship(ctx: Context, order: int, item: str) -> None:
+    return None
+
+
 def _drain(url: str) -> None:
     # In a thread of its own: Playwright's sync API keeps an event loop in this one.
     with ThreadPoolExecutor(1) as pool:
@@ -195,6 +200,42 @@ def test_look_filter_open_retry_and_see_it_run_cancel_and_csrf(
         for name in ("failures", "workers", "locks"):
             page.goto(f"{base}/{name}")
             _shot(page, name)
+
+
+def test_from_a_job_to_its_lane_and_key_then_pause_its_kind(
+    db: str, serve: Callable[..., str], page: Any
+) -> None:
+    expect = playwright_api.expect
+    head, second, third = _enqueue(
+        db, *(ship.job(order=7, item=item) for item in ("lamp", "desk", "chair"))
+    )
+    base = serve()
+    page.goto(f"{base}/jobs/{third}")
+    expect(page.locator("dl.fields")).to_contain_text("its turn in lane order-7")
+    page.get_by_role("link", name="order-7").click()
+    expect(page.get_by_role("heading", name="Lane order-7")).to_be_visible()
+    expect(page.locator("p.waits-on")).to_contain_text("needs a free slot of concurrency key")
+    ids = page.locator("table tbody tr td:nth-child(2)").all_inner_texts()
+    assert ids == [f"#{head}", f"#{second}", f"#{third}"]
+    _shot(page, "lane")
+    page.get_by_role("link", name="Lanes", exact=True).click()
+    expect(page.locator("main")).to_contain_text("order-7")
+    _shot(page, "lanes")
+    page.get_by_role("link", name="Keys", exact=True).click()
+    page.get_by_role("link", name="acct-7").click()
+    expect(page.locator("dl.fields")).to_contain_text("ship: 1 at once")
+    _shot(page, "key")
+
+    # Kinds are stored by a worker's start: drain once (it runs the lane's head).
+    _drain(db)
+    page.get_by_role("link", name="Kinds", exact=True).click()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("tr", has_text="ship").get_by_role("button", name="Pause").click()
+    expect(page.locator(".message")).to_have_text("Paused.")
+    expect(page.locator("tr", has_text="ship").get_by_role("button", name="Resume")).to_be_visible()
+    _shot(page, "kinds")
+    page.get_by_role("link", name="Schedules", exact=True).click()
+    expect(page.locator("main")).to_contain_text("No schedule in this namespace")
 
 
 def test_the_password_prompt(serve: Callable[..., str], page: Any) -> None:

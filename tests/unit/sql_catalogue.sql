@@ -1121,6 +1121,37 @@ SELECT acta.execution.id, acta.execution.attempt, acta.execution.outcome, acta.e
 FROM acta.execution
 WHERE acta.execution.job_id = %(job_id_1)s::BIGINT ORDER BY acta.execution.finished_at, acta.execution.attempt;
 
+-- inspect.key_jobs: The unfinished jobs of one concurrency key, in claim order.
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.concurrency_key = %(concurrency_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.priority, acta.job.run_at, acta.job.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.key_kinds: The kinds with unfinished jobs of one key, and their definitions (for the
+--   limit).
+SELECT anon_1.kind, acta.definition.declared, acta.definition.overrides
+FROM (SELECT DISTINCT acta.job.kind AS kind
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.concurrency_key = %(concurrency_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1])) AS anon_1 LEFT OUTER JOIN acta.definition ON acta.definition.namespace = %(namespace_2)s::VARCHAR AND acta.definition.kind = anon_1.kind ORDER BY anon_1.kind;
+
+-- inspect.key_slots: The slots of one concurrency key: (job, execution, worker, acquired), by time.
+SELECT acta.concurrency_slot.job_id, acta.concurrency_slot.execution_id, acta.concurrency_slot.worker_id, acta.concurrency_slot.acquired_at
+FROM acta.concurrency_slot
+WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concurrency_slot.key = %(key_1)s::VARCHAR ORDER BY acta.concurrency_slot.acquired_at;
+
+-- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
+--   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.
+SELECT DISTINCT ON (acta.job.lane_key) acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.lane_key
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lane_key IN (__[POSTCOMPILE_lane_key_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.lane_key, acta.job.status = %(status_2)s AND acta.job.awaited_signal IS NULL AND acta.job.pending_children = %(pending_children_1)s::INTEGER, acta.job.id;
+
+-- inspect.lane_jobs: A lane's unfinished jobs in run order: its head, then the queued ones by id
+--   (the order the hand-on takes them).
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.worker_id, acta.job.claimed_at, acta.job.concurrency_key, acta.job.awaited_signal, acta.job.pending_children
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lane_key = %(lane_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.status = %(status_2)s AND acta.job.awaited_signal IS NULL AND acta.job.pending_children = %(pending_children_1)s::INTEGER, acta.job.id
+ LIMIT %(param_1)s::INTEGER;
+
 -- inspect.last_errors: (id, last_error) of the given jobs (a failure group's sample message).
 SELECT acta.job.id, acta.job.last_error
 FROM acta.job
@@ -1130,6 +1161,16 @@ WHERE acta.job.id IN (__[POSTCOMPILE_id_1]);
 SELECT acta.execution.traceback
 FROM acta.execution
 WHERE acta.execution.job_id = %(job_id_1)s::BIGINT AND acta.execution.traceback IS NOT NULL ORDER BY acta.execution.finished_at DESC, acta.execution.attempt DESC
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.list_concurrency_keys: Concurrency keys in use: slots held and jobs ready behind each, by
+--   key.
+SELECT coalesce(anon_1.key, anon_2.key) AS key, coalesce(anon_1.held, %(coalesce_1)s::INTEGER) AS held, coalesce(anon_2.queued, %(coalesce_2)s::INTEGER) AS queued
+FROM (SELECT acta.concurrency_slot.key AS key, count(*) AS held
+FROM acta.concurrency_slot
+WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR GROUP BY acta.concurrency_slot.key) AS anon_1 FULL OUTER JOIN (SELECT acta.job.concurrency_key AS key, count(*) AS queued
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.concurrency_key IS NOT NULL GROUP BY acta.job.concurrency_key) AS anon_2 ON anon_1.key = anon_2.key ORDER BY coalesce(anon_1.key, anon_2.key)
  LIMIT %(param_1)s::INTEGER;
 
 -- inspect.list_definitions: A namespace's kinds with their declared policy and an operator's
@@ -1145,6 +1186,13 @@ FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
 
+-- inspect.list_lanes: The namespace's lanes with unfinished jobs: (lane, jobs, oldest id), by lane.
+--   By ``job_lane_idx`` (unfinished laned jobs only).
+SELECT acta.job.lane_key, count(*) AS count_1, min(acta.job.id) AS min_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lane_key IS NOT NULL AND acta.job.status IN (__[POSTCOMPILE_status_1]) GROUP BY acta.job.lane_key ORDER BY acta.job.lane_key
+ LIMIT %(param_1)s::INTEGER;
+
 -- inspect.list_locks: The namespace's named locks as held now: name, holder job and worker, since
 --   when, until when (a lease its worker's heartbeat renews).
 SELECT acta.lock.name, acta.lock.job_id, acta.lock.execution_id, acta.lock.worker_id, acta.lock.acquired_at, acta.lock.lease_expires_at
@@ -1157,6 +1205,17 @@ WHERE acta.lock.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.lock.name
 SELECT acta.namespace.name
 FROM acta.namespace ORDER BY acta.namespace.name
  LIMIT %(param_1)s::INTEGER;
+
+-- inspect.list_schedule_rows: The namespace's schedules with their pending fire and their latest
+--   finished fire.
+SELECT acta.schedule.name, acta.schedule.cron, acta.schedule.timezone, acta.schedule.kind, acta.schedule.args, acta.schedule.missed, acta.schedule.enabled, (SELECT min(fire.scheduled_at) AS min_1
+FROM acta.job AS fire
+WHERE fire.namespace = %(namespace_1)s::VARCHAR AND fire.schedule_name = acta.schedule.name AND fire.status IN (__[POSTCOMPILE_status_1])) AS next_fire, last.scheduled_at AS last_fire, last.status AS last_status, last.id AS last_job_id
+FROM acta.schedule LEFT OUTER JOIN LATERAL (SELECT fire.scheduled_at AS scheduled_at, fire.status AS status, fire.id AS id
+FROM acta.job AS fire
+WHERE fire.namespace = %(namespace_2)s::VARCHAR AND fire.schedule_name = acta.schedule.name AND fire.status IN (__[POSTCOMPILE_status_2]) ORDER BY fire.scheduled_at DESC
+ LIMIT %(param_1)s::INTEGER) AS last ON true
+WHERE acta.schedule.namespace = %(namespace_3)s::VARCHAR ORDER BY acta.schedule.name;
 
 -- inspect.list_workers: The namespace's newest ``limit`` worker rows (running, stopped or dead).
 SELECT acta.worker.id, acta.worker.status, acta.worker.hostname, acta.worker.pid, acta.worker.executors, acta.worker.heartbeat_seconds, acta.worker.started_at, acta.worker.heartbeat_at, acta.worker.stopped_at
@@ -1173,6 +1232,11 @@ FROM acta.job;
 SELECT acta.job.kind, acta.job.status, count(*) AS count_1
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
+
+-- inspect.rate_meter: One rate key's meter: when it admits next.
+SELECT acta.rate_meter.next_at, acta.rate_meter.booked, acta.rate_meter.updated_at
+FROM acta.rate_meter
+WHERE acta.rate_meter.namespace = %(namespace_1)s::VARCHAR AND acta.rate_meter.key = %(key_1)s::VARCHAR;
 
 -- inspect.search_jobs: Jobs whose args text contains ``pattern`` (an ILIKE pattern, escaped by the
 --   caller), newest first, among ids in [floor_id, before_id): no index can answer a substring
