@@ -278,13 +278,7 @@ async def examine(
         await db.execute(text(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'"))
         server = ServerFacts(**(await rows(q.server_settings()))[0]._mapping)
         findings: list[Finding] = []
-        skipped: list[Skipped] = [
-            Skipped(
-                "waiting_timeout",
-                "waiting jobs past their timeout: acta has no wait with a timeout yet "
-                "(signals and children waits are not built), so no job can be late for one",
-            )
-        ]
+        skipped: list[Skipped] = []
 
         revision: str | None = None
         if (await rows(admin.version_table_exists(schema, SCHEMA_VERSION_TABLE)))[0][0]:
@@ -363,9 +357,15 @@ async def examine(
                 )
             ]
             findings += judge_workers(namespace, silent, dead, t)
+            late = (await rows(q.late_waits(schema), namespace=namespace))[0]
+            findings += judge_waits(namespace, late.rows, late.oldest_seconds, timings)
         else:
             reason = "acta's tables are not at this package's head revision"
-            skipped += [Skipped("expired_leases", reason), Skipped("dead_workers", reason)]
+            skipped += [
+                Skipped("expired_leases", reason),
+                Skipped("dead_workers", reason),
+                Skipped("waiting_timeout", reason),
+            ]
     finally:
         await db.rollback()
 
@@ -681,6 +681,30 @@ def judge_leases(
             if late
             else f"none needed yet: recovery returns them within {_seconds(overdue)}; "
             "a worker lost them (see dead_workers)",
+            {"rows": rows, "oldest_seconds": oldest_seconds, "overdue_after": overdue},
+        )
+    ]
+
+
+def judge_waits(
+    namespace: str, rows: int, oldest_seconds: float | None, timings: Timings
+) -> list[Finding]:
+    """Signal waits past their deadline: every live worker's heartbeat wakes them within
+    one beat, so one late by more than two beats means no worker is beating."""
+    if not rows or oldest_seconds is None:
+        return []
+    overdue = 2 * timings.heartbeat
+    if oldest_seconds <= overdue:
+        return []  # the next beat wakes them
+    count = f"{rows}+" if rows >= q.FINDINGS_CAP else str(rows)
+    return [
+        Finding(
+            "waiting_timeout",
+            Severity.PROBLEM,
+            f"namespace {namespace!r}",
+            f"{count} jobs still waiting for a signal past their timeout (the oldest by "
+            f"{_seconds(oldest_seconds)})",
+            "start an `acta worker` in this namespace: its heartbeat wakes timed-out waits",
             {"rows": rows, "oldest_seconds": oldest_seconds, "overdue_after": overdue},
         )
     ]

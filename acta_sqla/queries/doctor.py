@@ -131,6 +131,22 @@ def expired_leases(schema: str) -> str:
         ) AS expired"""
 
 
+def late_waits(schema: str) -> str:
+    """Signal waits of namespace :namespace still 'waiting' past their deadline (a
+    heartbeat wakes them within one beat): how many (looking at FINDINGS_CAP at most) and
+    how long the oldest is past it. Served by job_wait_deadline_idx."""
+    return f"""
+        SELECT count(*) AS rows,
+               extract(epoch FROM now() - min(run_at))::float8 AS oldest_seconds
+        FROM (
+            SELECT run_at FROM {quote(schema)}.job
+            WHERE namespace = :namespace AND status = 'waiting'
+              AND awaited_signal IS NOT NULL AND run_at < now()
+            ORDER BY run_at
+            LIMIT {FINDINGS_CAP}
+        ) AS late"""
+
+
 def silent_workers(schema: str) -> str:
     """Workers of namespace :namespace still marked running but silent for :dead_beats of
     their own heartbeats (dead, and not yet marked so by recovery); served by

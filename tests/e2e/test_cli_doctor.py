@@ -94,7 +94,7 @@ def test_healthy_exits_0_with_a_stable_json_shape(
         "indexes",
     } <= set(job)
     assert "job_claim_idx" in {i["name"] for i in job["indexes"]}
-    assert document["skipped"][0]["check"] == "waiting_timeout"
+    assert document["skipped"] == []  # every check ran (the schema is at head)
 
     text = doctor(env=acta_env, cwd=tmp_path)
     assert text.returncode == 0

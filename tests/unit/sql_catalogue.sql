@@ -785,6 +785,19 @@ JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE n.nspname = 'acta' AND t.relname IN ('job', 'execution')
 ORDER BY t.relname, i.relname;
 
+-- doctor.late_waits: Signal waits of namespace :namespace still 'waiting' past their deadline (a
+--   heartbeat wakes them within one beat): how many (looking at FINDINGS_CAP at most) and how long
+--   the oldest is past it. Served by job_wait_deadline_idx.
+SELECT count(*) AS rows,
+       extract(epoch FROM now() - min(run_at))::float8 AS oldest_seconds
+FROM (
+    SELECT run_at FROM "acta".job
+    WHERE namespace = :namespace AND status = 'waiting'
+      AND awaited_signal IS NOT NULL AND run_at < now()
+    ORDER BY run_at
+    LIMIT 10000
+) AS late;
+
 -- doctor.prepared_transactions: Prepared (two-phase) transactions of this database: each holds
 --   vacuum's horizon, even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED.
 SELECT gid, owner, age(transaction) AS xmin_age,
