@@ -50,10 +50,13 @@ CROSS JOIN LATERAL (SELECT CASE WHEN i % 50 = 7 THEN 'cancelled'
                                 ELSE 'succeeded' END AS status) s
 """
 LOAD_QUEUED = """
-INSERT INTO acta.job (namespace, kind, args, status, run_at)
+INSERT INTO acta.job (namespace, kind, args, status, run_at, lane_key, concurrency_key)
 SELECT 'default', 'kind_' || (i % {kinds}),
        jsonb_build_object('user_id', i, 'email', 'queued' || i || '@example.com'),
-       'ready', now() + (i % 600) * interval '1 second'
+       'ready', now() + (i % 600) * interval '1 second',
+       -- a tenth in 500 lanes, a tenth over 200 concurrency keys
+       CASE WHEN i % 10 = 0 THEN 'lane-' || (i % 500) END,
+       CASE WHEN i % 10 = 1 THEN 'acct-' || (i % 200) END
 FROM generate_series(1, $1::int) AS i
 """
 
@@ -87,6 +90,16 @@ async def load(dsn: str, finished: int, queued: int) -> str:
             "CASE WHEN i <= 4 THEN 'running' ELSE 'stopped' END, 16 "
             "FROM generate_series(1, 40) i"
         )
+        await conn.execute(
+            "INSERT INTO acta.definition (namespace, kind, declared) "
+            "SELECT 'default', 'kind_' || i, jsonb_build_object('concurrency_limit', 3) "
+            f"FROM generate_series(0, {KINDS - 1}) i"
+        )
+        await conn.execute(
+            "INSERT INTO acta.schedule (namespace, name, cron, kind) "
+            "SELECT 'default', 'every-' || i, '*/5 * * * *', 'kind_' || (i % 5) "
+            "FROM generate_series(1, 20) i"
+        )
         await conn.execute("VACUUM ANALYZE acta.job")
         print(
             f"loaded {finished:,} finished + {queued:,} queued in "
@@ -113,6 +126,12 @@ def pages(finished: int) -> list[tuple[str, str]]:
         ("failures, 7d", "/failures?window=7d"),
         ("workers", "/workers"),
         ("locks", "/locks"),
+        ("lanes", "/lanes"),
+        ("a lane", "/lanes/lane-10"),
+        ("keys", "/keys"),
+        ("a key", "/keys/acct-11"),
+        ("schedules", "/schedules"),
+        ("kinds", "/definitions"),
     ]
 
 
