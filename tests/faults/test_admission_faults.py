@@ -25,6 +25,16 @@ def start(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[
         yield workers
 
 
+def wait_known_started(sql: Sql, job: int) -> None:
+    """Until A's heartbeat has recorded that ``job``'s attempt started: a worker killed
+    before that loses the attempt uncharged (it was never known to run), and the retry
+    would be attempt 1 again, holding on for its whole 60 s."""
+    wait_for(
+        lambda: sql("SELECT started_at IS NOT NULL FROM acta.job WHERE id = %s", job) == [(True,)],
+        what=f"job {job}'s start to be recorded by a heartbeat",
+    )
+
+
 def peak_overlap(runs: list[Run], killed: dict[int, float]) -> int:
     """Most handlers running at once; a run cut short by a SIGKILL ends at the kill."""
     events: list[tuple[float, int]] = []
@@ -56,6 +66,7 @@ def test_sigkill_of_a_slot_holder_frees_the_slot_when_its_lease_runs_out(
         lambda: [r for r in read_runs(runs_log) if r.job_id == holder],
         what="the holder to start in worker A",
     )
+    wait_known_started(sql, holder)
     b = start()
     others = enqueue(sql, "keyed_hold", 4, json.dumps({"key": "x"}), concurrency_key="x")
     # While A holds the slot, the others only bounce (A and B both claim them).
@@ -91,6 +102,7 @@ def test_sigkill_of_a_lane_head_the_lane_continues_in_order(
         lambda: [r for r in read_runs(runs_log) if r.job_id == head],
         what="the lane's head to start in worker A",
     )
+    wait_known_started(sql, head)
     rest = [
         enqueue(sql, "laned_hold", args=json.dumps({"line": "q"}), lane_key="q")[0]
         for _ in range(4)

@@ -2,7 +2,7 @@
 
 Real `acta worker` processes (heartbeat 0.5 s: lease 2 s), restarted by the test as a
 supervisor would, run 300 quick jobs and one ``exits_worker`` job (``os._exit`` at once,
-budget 6) until every job is terminal. What must hold, from the handlers' own run log and
+budget 4) until every job is terminal. What must hold, from the handlers' own run log and
 the database:
 
 * the poison job ends ``failed`` after its budget, its error saying truly what happened
@@ -31,7 +31,7 @@ from . import oracle
 from .conftest import all_terminal, enqueue
 
 QUICK = 300
-POISON_BUDGET = 6
+POISON_BUDGET = 4
 WORKERS = 3
 DEADLINE = 240.0
 
