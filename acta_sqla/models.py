@@ -215,6 +215,14 @@ class Job(Base):
             "id",
             postgresql_where=text(f"lane_key IS NOT NULL AND {_ACTIVE_SQL}"),
         ),
+        # A concurrency key's unfinished jobs: the dashboard's key page (migration 0010).
+        Index(
+            "job_key_idx",
+            "namespace",
+            "concurrency_key",
+            "id",
+            postgresql_where=text(f"concurrency_key IS NOT NULL AND {_ACTIVE_SQL}"),
+        ),
         Index(
             "job_lane_waiting_idx",
             "namespace",

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
 
-SCHEMA_HEAD = "0009"
+SCHEMA_HEAD = "0010"
 """The newest revision in alembic/versions (a test checks it against Alembic's own view)."""
 SCHEMA_VERSION_TABLE = "alembic_version"
 

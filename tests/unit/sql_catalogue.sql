@@ -1376,6 +1376,9 @@ CREATE INDEX job_due_idx ON acta.job (namespace, run_at) WHERE status = 'ready';
 -- ddl.index.job_finished_idx
 CREATE INDEX job_finished_idx ON acta.job (namespace, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
 
+-- ddl.index.job_key_idx
+CREATE INDEX job_key_idx ON acta.job (namespace, concurrency_key, id) WHERE concurrency_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');
+
 -- ddl.index.job_lane_idx
 CREATE INDEX job_lane_idx ON acta.job (namespace, lane_key, id) WHERE lane_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');
 
