@@ -1,0 +1,180 @@
+"""How long a worker takes from spawn to its first claim and its first completion, read from
+the database's own timestamps (no polling interval in the figure).
+
+    python -m benchmarks.startup                       # 15 spawns
+    python -m benchmarks.startup --spawns 25
+    python -m benchmarks.startup --checkout /tmp/acta-old --checkout .   # before/after
+
+Each spawn: one no-op job is enqueued (``benchmarks.app``), the wall clock is read, ``acta
+worker --app benchmarks.app:acta`` is started (the ``acta`` script of this interpreter's
+environment, run from the checkout given, so a second checkout's code is measured with the
+same interpreter and dependencies); once the job has succeeded the worker is stopped and
+the job's ``claimed_at`` and ``finished_at`` (server clock, same machine) give spawn to
+first claim and spawn to first completion. With several ``--checkout``, spawns alternate
+between them, so machine noise hits each alike.
+
+Also printed: ``import acta_sqla.cli.worker`` alone (``-X importtime``'s total), the part
+of start-up that is imports.
+
+Needs a PostgreSQL server (``--dsn``, a role that may CREATE DATABASE); the scratch
+database ``acta_startup_bench`` is dropped first and at the end. Each checkout's schema
+must be the same revision (it is migrated from the first checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: python benchmarks/startup.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import asyncpg
+from sqlalchemy.engine import make_url
+
+from benchmarks.run import DEFAULT_DSN
+
+DATABASE = "acta_startup_bench"
+NAMESPACE = "bench"
+
+
+def acta_command() -> list[str]:
+    script = Path(sys.executable).parent / "acta"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from acta_sqla.cli import main; main()"]
+
+
+def import_ms(checkout: Path) -> float:
+    """``import acta_sqla.cli.worker``'s cumulative time, from ``-X importtime``."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import acta_sqla.cli.worker"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for line in reversed(done.stderr.splitlines()):
+        m = re.match(r"import time:\s+\d+\s+\|\s+(\d+)\s+\|\s+acta_sqla\.cli\.worker$", line)
+        if m:
+            return int(m.group(1)) / 1000
+    raise RuntimeError(f"no import time for acta_sqla.cli.worker in:\n{done.stderr[-2000:]}")
+
+
+async def one_spawn(conn: asyncpg.Connection, url: str, checkout: Path) -> tuple[float, float]:
+    """(spawn to first claim, spawn to first completion), seconds."""
+    await conn.execute("TRUNCATE acta.job, acta.execution")
+    job = await conn.fetchval(
+        "INSERT INTO acta.job (namespace, kind, args) VALUES ($1, 'noop', '{}') RETURNING id",
+        NAMESPACE,
+    )
+    env = dict(os.environ, ACTA_DATABASE_URL=url, PYTHONPATH=str(checkout))
+    t0 = time.time()
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, polled below
+        [*acta_command(), "worker", "--app", "benchmarks.app:acta"],
+        cwd=checkout,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            row = await conn.fetchrow(
+                "SELECT extract(epoch FROM claimed_at)::float8 AS claimed, "
+                "extract(epoch FROM finished_at)::float8 AS finished "
+                "FROM acta.job WHERE id = $1 AND status = 'succeeded'",
+                job,
+            )
+            if row is not None:
+                return row["claimed"] - t0, row["finished"] - t0
+            if proc.poll() is not None:
+                raise RuntimeError(f"the worker exited: {proc.stderr.read()[-2000:]!r}")  # type: ignore[union-attr]
+            if time.monotonic() > deadline:
+                raise RuntimeError("no completion within 30 s")
+            await asyncio.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+async def main_async(dsn: str, spawns: int, checkouts: list[Path]) -> None:
+    from acta_sqla import migrate
+
+    admin = await asyncpg.connect(dsn)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+    await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+    url = make_url(dsn).set(database=DATABASE)
+    plain = url.render_as_string(hide_password=False)
+    try:
+        sa_url = url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+        await asyncio.to_thread(migrate.upgrade, sa_url)
+        conn = await asyncpg.connect(plain)
+        figures: dict[Path, dict[str, list[float]]] = {
+            c: {"claim": [], "done": [], "import": []} for c in checkouts
+        }
+        try:
+            await one_spawn(conn, plain, checkouts[0])  # warm the page cache and pyc files
+            for i in range(spawns):
+                for c in checkouts:
+                    claim, done = await one_spawn(conn, plain, c)
+                    figures[c]["claim"].append(claim * 1000)
+                    figures[c]["done"].append(done * 1000)
+                    figures[c]["import"].append(import_ms(c))
+                print(
+                    f"spawn {i + 1}: "
+                    + "  ".join(
+                        f"{c.name or c}: claim {f['claim'][-1]:.0f} ms, done {f['done'][-1]:.0f}"
+                        f" ms, import {f['import'][-1]:.0f} ms"
+                        for c, f in figures.items()
+                    ),
+                    flush=True,
+                )
+        finally:
+            await conn.close()
+        print(f"\nmedians of {spawns} spawns (min-max):")
+        for c, f in figures.items():
+            cells = []
+            for key, label in (
+                ("claim", "spawn to first claim"),
+                ("done", "spawn to first completion"),
+                ("import", "import acta_sqla.cli.worker"),
+            ):
+                v = f[key]
+                cells.append(f"{label} {statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f})")
+            print(f"  {c}: " + "; ".join(cells))
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        await admin.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.startup",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--dsn", default=DEFAULT_DSN, help="PostgreSQL server (any database)")
+    ap.add_argument("--spawns", type=int, default=15)
+    ap.add_argument(
+        "--checkout",
+        action="append",
+        type=Path,
+        help="a checkout of acta-sqla to run the worker from (repeatable; default: this one)",
+    )
+    args = ap.parse_args(argv)
+    checkouts = [c.resolve() for c in (args.checkout or [Path(__file__).resolve().parent.parent])]
+    asyncio.run(main_async(args.dsn, args.spawns, checkouts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
