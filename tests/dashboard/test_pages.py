@@ -156,7 +156,8 @@ async def test_csrf_refusals(
     url = f"/jobs/{job_id}/cancel"
     token = csrf_of((await client.get(f"/jobs/{job_id}")).text)
 
-    wrong = await client.post(url, data={"csrf": token[:-1] + "0", "confirmed": "1"})
+    altered = token[:-1] + ("1" if token[-1] == "0" else "0")  # never the token itself
+    wrong = await client.post(url, data={"csrf": altered, "confirmed": "1"})
     assert wrong.status_code == 403 and "CSRF check failed" in wrong.text
     missing = await client.post(url, data={"confirmed": "1"})
     assert missing.status_code == 403
