@@ -233,6 +233,10 @@ class WorkerStore:
         self.worker_id: int | None = None
         self.measure_depth = False
         """Take the namespace's queue-depth turn in the heartbeat (a metrics SDK is set)."""
+        self.telemetry = True
+        """Claim each job's trace context and wait (an OpenTelemetry SDK reads them). The
+        worker sets it False when no SDK is configured: the hot claim is then
+        ``claim_plain_lean``."""
         self.paused: list[str] = []
         """Kinds an operator paused (the last definitions loaded): the claim skips them."""
         # The claim commits durably (the server's synchronous_commit) before any handler
@@ -331,8 +335,8 @@ class WorkerStore:
         await asyncio.gather(
             # alone=False: the prepared claim never takes a suspect (nor anything: limit 0).
             ready(self.claim_conn, self.sql.claim_jobs, ns, 0, self.worker_id, lease, False),
-            ready(self.claim_conn, self.sql.claim_plain, ns, 0, self.worker_id, lease),
-            ready(self.complete_conn, self.sql.complete_executions, "[]", self.worker_id, "{}"),
+            ready(self.claim_conn, self._claim_plain_sql, ns, 0, self.worker_id, lease),
+            ready(self.complete_conn, self.sql.complete_plain, "[]", self.worker_id, "{}"),
             ready(self.heartbeat_conn),
         )
 
@@ -391,10 +395,14 @@ class WorkerStore:
             )
         else:
             rows = await self.claim_conn.fetch(
-                self.sql.claim_plain, self.namespace, limit, self.worker_id, self.timings.lease
+                self._claim_plain_sql, self.namespace, limit, self.worker_id, self.timings.lease
             )
         make = ClaimedJob._make
         return [make(r) for r in rows]
+
+    @property
+    def _claim_plain_sql(self) -> str:
+        return self.sql.claim_plain if self.telemetry else self.sql.claim_plain_lean
 
     async def claim_jobs(self, limit: int, alone: bool = False) -> list[ClaimedJob]:
         """The rows of :meth:`claim` (tests and tools that only want the jobs)."""
@@ -413,9 +421,9 @@ class WorkerStore:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
         write applied (the others' leases were lost, or an earlier try landed)."""
         core, features = complete.encode(batch)
-        rows = await self.complete_conn.fetch(
-            self.sql.complete_executions, core, self.worker_id, features
-        )
+        # A batch with no feature input runs the statement without the feature parts.
+        sql = self.sql.complete_plain if features == "{}" else self.sql.complete_executions
+        rows = await self.complete_conn.fetch(sql, core, self.worker_id, features)
         return {r[0] for r in rows}
 
     # -------------------------------------------------------------- heartbeat and recovery

@@ -8,13 +8,14 @@ round trips and PostgreSQL's work, with far less noise than a whole drain.
 
 Variants, alternating within each round (the table is emptied and refilled before each):
 
-* ``head``: the statements as the worker runs them (``claim_plain``,
-  ``complete_executions``);
-* ``lean``: the claim without ``schedule_name``, ``scheduled_at``, ``trace_context`` and
-  the server-computed ``waited`` (constants in their place), and the completion without
-  its feature parts (``spawn``, ``next_fire``);
+* ``full``: the statements a worker with an OpenTelemetry SDK runs on a batch carrying a
+  feature (``claim_plain``, ``complete_executions``): what every plain batch ran before
+  the lean variants;
+* ``lean``: what a worker with no SDK runs on a plain batch: ``claim_plain_lean`` (no
+  ``trace_context``, no server-computed ``waited``) and ``complete_plain`` (no feature
+  parts: ``spawn``, ``next_fire``);
 * ``no_parts``: only the completion without its feature parts;
-* ``no_columns``: only the claim without those columns.
+* ``no_columns``: only the lean claim.
 
 Prints microseconds per job for each round and the medians. Needs a PostgreSQL server
 (``--dsn``, a role that may CREATE DATABASE); the scratch database ``acta_statements_bench``
@@ -45,24 +46,15 @@ from benchmarks.run import DEFAULT_DSN
 DATABASE = "acta_statements_bench"
 BATCH = 64
 
-FEATURE_COLUMNS = """j.schedule_name, j.scheduled_at, j.trace_context,
-                      extract(epoch FROM now() - j.run_at)::float8 AS waited,"""
-CONSTANTS = """NULL::text AS schedule_name, NULL::timestamptz AS scheduled_at,
-                      NULL::text AS trace_context, 0::float8 AS waited,"""
-
 
 def variants(schema: str) -> dict[str, tuple[str, str]]:
-    claim_head = claim.claim_plain(schema)
-    claim_lean = claim_head.replace(FEATURE_COLUMNS, CONSTANTS)
-    if claim_lean == claim_head:
-        raise SystemExit("the claim's RETURNING changed: update FEATURE_COLUMNS")
-    done_head = complete.complete_executions(schema)
-    done_lean = complete.compose(schema, features=())
+    claim_full, claim_lean = claim.claim_plain(schema), claim.claim_plain_lean(schema)
+    done_full, done_plain = complete.complete_executions(schema), complete.complete_plain(schema)
     return {
-        "head": (claim_head, done_head),
-        "lean": (claim_lean, done_lean),
-        "no_parts": (claim_head, done_lean),
-        "no_columns": (claim_lean, done_head),
+        "full": (claim_full, done_full),
+        "lean": (claim_lean, done_plain),
+        "no_parts": (claim_full, done_plain),
+        "no_columns": (claim_lean, done_full),
     }
 
 
@@ -112,11 +104,11 @@ async def main_async(dsn: str, n: int, rounds: int) -> None:
                     times[name].append(await drain(conn, worker, claim_sql, done_sql, n))
                 line = "  ".join(f"{k} {v[-1]:.1f}" for k, v in times.items())
                 print(f"round {i + 1}: us/job  {line}", flush=True)
-            head = statistics.median(times["head"])
+            full = statistics.median(times["full"])
             print(f"\nmedians of {rounds} rounds, {n:,} jobs each, batches of {BATCH}:")
             for name, values in times.items():
                 m = statistics.median(values)
-                print(f"  {name:<11} {m:6.1f} us/job  ({m / head:.2f}x head)")
+                print(f"  {name:<11} {m:6.1f} us/job  ({m / full:.2f}x full)")
         finally:
             await conn.close()
     finally:

@@ -271,3 +271,11 @@ def complete_executions(schema: str) -> str:
     """complete_executions: ONE statement writes every completion of a batch, whatever its
     shape (see the module's parts). Guard: (job, execution) and status 'executing'."""
     return compose(schema)
+
+
+def complete_plain(schema: str) -> str:
+    """``complete_executions`` without the feature parts, for a batch none of whose
+    completions carries a feature (``$3`` is ``{}``): the parts would find nothing to do,
+    but each INSERT part is still planned and opened on every call. Same inputs, same
+    guard, same answer; the worker picks it by the encoded features (``WorkerStore``)."""
+    return compose(schema, features=())

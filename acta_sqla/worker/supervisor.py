@@ -21,7 +21,7 @@ from typing import Any
 
 from loguru import logger
 
-from .. import metrics
+from .. import metrics, tracing
 from ..app import Acta
 from ..database import database_url
 from ..errors import ConfigurationError, StoreUnavailable
@@ -199,6 +199,8 @@ class Worker:
 
     async def start(self) -> None:
         self.store = store = await self._connect()
+        # Before the stages warm up: they prepare the claim this worker will run.
+        store.telemetry = metrics.sdk_configured() or tracing.sdk_configured()
         await self._register(store)
         metrics.watch_registry(self.registry, self.namespace)
         store.measure_depth = metrics.sdk_configured()

@@ -357,9 +357,15 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
     for name, sql, args in [
         ("claim", store.sql.claim_jobs, ("default", 64, store.worker_id, 180.0, False)),
         ("claim_plain", store.sql.claim_plain, ("default", 64, store.worker_id, 180.0)),
+        ("claim_lean", store.sql.claim_plain_lean, ("default", 64, store.worker_id, 180.0)),
         (
             "complete",
             store.sql.complete_executions,
+            (complete.encode(batch)[0], store.worker_id, "{}"),
+        ),
+        (
+            "complete_plain",
+            store.sql.complete_plain,
             (complete.encode(batch)[0], store.worker_id, "{}"),
         ),
         # Recovery's finish is the same parts under one more guard: by primary key too.
@@ -405,6 +411,39 @@ async def test_claim_completion_and_heartbeat_look_rows_up_by_primary_key(
     # The suspect probe reads its own (empty) partial index, never the claim's.
     assert "job_suspect_idx" in plans["claim"], plans["claim"]
     assert "job_claim_idx" in plans["claim_plain"], plans["claim_plain"]
+    assert "job_claim_idx" in plans["claim_lean"], plans["claim_lean"]
+
+
+async def test_the_lean_claim_and_the_plain_completion_differ_only_in_what_they_skip(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """A worker with no OpenTelemetry SDK claims with ``claim_plain_lean`` (no trace
+    context, no server-computed wait), and a batch with no feature input completes with
+    ``complete_plain`` (no feature parts): the same rows, the same writes."""
+    traced = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    await insert(conn, 2, trace_context=traced)
+    store.telemetry = True
+    [full] = await store.claim_plain(1)
+    store.telemetry = False
+    [lean] = await store.claim_plain(1)
+    assert full.trace_context == traced and full.waited is not None and full.waited >= 0
+    assert lean.trace_context is None and lean.waited is None
+    same = ("kind", "args_json", "attempts", "max_attempts", "priority", "schedule_name")
+    assert [getattr(lean, f) for f in same] == [getattr(full, f) for f in same]
+    # Both completions carry no feature: the plain statement writes them.
+    applied = await store.complete_executions(
+        [completion(j, Outcome.SUCCEEDED, "succeeded", result_json="1") for j in (full, lean)]
+    )
+    assert applied == {full.id, lean.id}
+    assert await conn.fetch("SELECT status, result::text FROM acta.job ORDER BY id") == [
+        ("succeeded", "1"),
+        ("succeeded", "1"),
+    ]
+    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 2
+    # The same batch again: fenced out by either statement.
+    assert (
+        await store.complete_executions([completion(full, Outcome.SUCCEEDED, "succeeded")]) == set()
+    )
 
 
 async def test_a_stale_execution_is_fenced_out(

@@ -143,6 +143,41 @@ SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
        schedule_name, scheduled_at, trace_context, waited, false AS alone
 FROM claimed ORDER BY priority, run_at, id;
 
+-- claim.claim_plain_lean: ``claim_plain`` for a worker with no OpenTelemetry SDK: the trace context
+--   and the server-computed wait are not returned (NULL), so the hot claim neither reads the one
+--   nor computes the other per row (together with the completion's feature parts, about 9 % of the
+--   two hot statements' cost: ``python -m benchmarks.statements``).
+WITH picked AS (
+    SELECT id FROM "acta".job
+    WHERE namespace = $1 AND status = 'ready' AND run_at <= now() AND NOT suspect
+    ORDER BY priority, run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE "acta".job AS j SET
+        status = 'executing',
+        attempts = j.attempts + 1,
+        execution_id = (((extract(epoch FROM pg_postmaster_start_time())::bigint % 8388608) << 40) | (nextval('acta.execution_id_seq') % 1099511627776)),
+        worker_id = $3,
+        claimed_at = now(),
+        started_at = NULL,
+        lease_expires_at = now() + make_interval(secs => $4)
+    -- By primary key whatever the plan: a generic plan (which cannot see that
+    -- LIMIT $2 is small) would otherwise hash the table against the picked ids.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.execution_id, j.kind, j.args::text AS args, j.attempts,
+              j.max_attempts, j.priority, j.concurrency_key, j.rate_key,
+              j.lane_key, j.parent_id, j.signals::text AS signals, j.resumed,
+              j.schedule_name, j.scheduled_at, NULL::text AS trace_context, NULL::float8 AS waited,
+              j.run_at
+)
+-- In claim order (the executors take them so); columns in ClaimedJob's order.
+SELECT id, execution_id, kind, args, attempts, max_attempts, priority,
+       concurrency_key, rate_key, lane_key, parent_id, signals, resumed,
+       schedule_name, scheduled_at, trace_context, waited, false AS alone
+FROM claimed ORDER BY priority, run_at, id;
+
 -- claim.claim_plain_unpaused: ``claim_plain`` skipping the paused kinds ($5).
 WITH picked AS (
     SELECT id FROM "acta".job
@@ -297,6 +332,90 @@ next_fire AS (
           AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
     )
     ON CONFLICT DO NOTHING)
+SELECT id, status FROM done;
+
+-- complete.complete_plain: ``complete_executions`` without the feature parts, for a batch none of
+--   whose completions carries a feature (``$3`` is ``{}``): the parts would find nothing to do, but
+--   each INSERT part is still planned and opened on every call. Same inputs, same guard, same
+--   answer; the worker picks it by the encoded features (``WorkerStore``).
+WITH c AS (
+    SELECT (e->>0)::bigint AS job_id,
+           (e->>1)::bigint AS execution_id,
+           (e->>2)::text AS outcome,
+           (e->>3)::text AS status,
+           (e->>4)::int AS attempt,
+           (e->>5)::float8 AS delay,
+           (e->>6)::bool AS refund,
+           (e->>7)::text AS result_json,
+           (e->>8)::text AS error_type,
+           (e->>9)::text AS error_message,
+           (e->>10)::text AS traceback,
+           (e->>11)::float8 AS ran_seconds,
+           (e->>12)::bool AS record,
+           (e->>13)::bool AS cancel_wins,
+           (e->>14)::bool AS keep_last_error,
+           (e->>15)::bigint AS ran_by,
+           (e->>16)::text AS awaited_signal,
+           (e->>17)::int AS children
+    FROM jsonb_array_elements($1::jsonb) AS e
+),
+f AS (SELECT key::bigint AS job_id, value AS features FROM jsonb_each($3::jsonb)),
+done AS (
+    UPDATE "acta".job AS j SET
+        -- c.cancel_wins: Python's rule (an operator's cancel wins over a retry);
+        -- the row's cancel_requested is only known here.
+        status = CASE WHEN c.cancel_wins AND j.cancel_requested THEN 'cancelled'
+                      WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'ready'
+                      ELSE c.status END,
+        attempts = CASE WHEN c.refund THEN j.attempts - 1 ELSE j.attempts END,
+        run_at = CASE WHEN c.status = 'ready'
+                      THEN now() + make_interval(secs => c.delay)
+                      WHEN c.status <> 'waiting' OR c.awaited_signal IS NULL
+                      THEN j.run_at
+                      WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN now()
+                      WHEN c.delay IS NULL THEN 'infinity'
+                      ELSE now() + make_interval(secs => c.delay) END,
+        result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
+                      ELSE j.result END,
+        last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
+                          THEN j.last_error
+                          ELSE jsonb_build_object('type', c.error_type,
+                                                  'message', c.error_message) END,
+        finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
+                             OR (c.cancel_wins AND j.cancel_requested)
+                           THEN now() END,
+        -- A durable wait (docs/waits.md): what it waits for, and why it next runs.
+        awaited_signal = CASE WHEN c.status = 'waiting' AND NOT (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false))
+                                   AND NOT (c.cancel_wins AND j.cancel_requested)
+                              THEN c.awaited_signal END,
+        pending_children = CASE WHEN c.children IS NULL
+                                     OR (c.cancel_wins AND j.cancel_requested)
+                                THEN j.pending_children ELSE c.children END,
+        resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
+                       WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'signal' END,
+        worker_id = NULL,
+        lease_expires_at = NULL
+    FROM c
+    -- Each row is looked up by primary key (id = ANY of the batch's ids): the
+    -- planner must never scan the executing set, whose statistics are stale
+    -- and whose index entries grow dead with every drained row.
+    WHERE j.id = ANY (ARRAY(SELECT c.job_id FROM c))
+      AND j.id = c.job_id AND j.execution_id = c.execution_id
+      AND j.status = 'executing'
+    RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
+              c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
+              c.record, c.ran_by
+),
+history AS (
+    INSERT INTO "acta".execution AS e (id, job_id, attempt, worker_id, claimed_at,
+        started_at, finished_at, outcome, error_type, error_message, traceback)
+    SELECT d.execution_id, d.id, d.attempt, coalesce(d.ran_by, $2), d.claimed_at,
+           CASE WHEN d.ran_seconds IS NULL THEN d.started_at
+                ELSE now() - make_interval(secs => d.ran_seconds) END,
+           now(), d.outcome, d.error_type, d.error_message, d.traceback
+    FROM done AS d
+    WHERE d.record
+)
 SELECT id, status FROM done;
 
 -- complete.next_fire: ``next_fire``: the fire that follows a schedule's fire, enqueued by the

@@ -71,6 +71,7 @@ TEXT_ARGUMENTS: dict[str, object] = {
     "schema": "acta",
     "version_table": SCHEMA_VERSION_TABLE,
     "paused_param": None,
+    "telemetry": True,
 }
 
 TEXT_HELPERS = {
