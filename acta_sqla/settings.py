@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigurationError
 
@@ -129,17 +129,44 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("acta-sqla", appauthor=False)) / "pgdata"
 
 
-class ActaSettings(BaseSettings):
-    """acta-sqla's settings. Environment variables are the field names with prefix ``ACTA_``."""
+ENV_PREFIX = "ACTA_"
+DOTENV = ".env"
 
-    model_config = SettingsConfigDict(
-        env_prefix="ACTA_",
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-        populate_by_name=True,
-        frozen=True,
-    )
+
+def environment(
+    environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] = DOTENV
+) -> dict[str, str]:
+    """The settings found in ``ACTA_*`` environment variables and the ``.env`` file of the
+    current folder (the environment wins over the file), by field name. Names match
+    without regard to case; ``ACTA_SCHEMA`` sets ``db_schema``; any other variable,
+    prefixed or not, is ignored (only ``ACTA_*`` may configure acta).
+
+    Plain pydantic validates what this finds (``ActaSettings``): pydantic-settings did the
+    same reading for 30 ms of every worker's start-up (docs/performance.md), and
+    python-dotenv is imported only when a ``.env`` file exists."""
+    names = {f"{ENV_PREFIX}{field}".upper(): field for field in ActaSettings.model_fields}
+    names.pop(f"{ENV_PREFIX}DB_SCHEMA")
+    names[f"{ENV_PREFIX}SCHEMA"] = "db_schema"
+    sources: list[Mapping[str, str | None]] = []
+    if os.path.isfile(dotenv):
+        from dotenv import dotenv_values
+
+        sources.append(dotenv_values(dotenv, encoding="utf-8"))
+    sources.append(os.environ if environ is None else environ)
+    found: dict[str, str] = {}
+    for source in sources:
+        for key, value in source.items():
+            field = names.get(key.upper())
+            if field is not None and value is not None:
+                found[field] = value
+    return found
+
+
+class ActaSettings(BaseModel):
+    """acta-sqla's settings: each field from its ``ACTA_*`` environment variable (or
+    ``.env``, see :func:`environment`) unless given; ``ACTA_SCHEMA`` for ``db_schema``."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     database_url: str | None = Field(
         default=None,
@@ -149,11 +176,10 @@ class ActaSettings(BaseSettings):
     app: str | None = Field(default=None, description="`module:attribute` of the Acta instance.")
     db_schema: str = Field(
         default="acta",
-        # The environment variable is ACTA_SCHEMA (the field's own name would read
-        # ACTA_DB_SCHEMA); the code passes ``db_schema=``. No unprefixed alias: an
-        # AliasChoices naming "schema" made pydantic-settings read the unrelated SCHEMA and
-        # DB_SCHEMA variables too, moving acta's tables (issue 14, item 6).
-        validation_alias="ACTA_SCHEMA",
+        # The environment variable is ACTA_SCHEMA (not ACTA_DB_SCHEMA: see environment());
+        # the code passes ``db_schema=``. Never an unprefixed name: reading SCHEMA or
+        # DB_SCHEMA moved acta's tables when an unrelated variable had that name (issue 14,
+        # item 6).
         description="PostgreSQL schema holding acta's tables.",
     )
     heartbeat_interval: Annotated[float, Field(gt=0, le=3600)] = Field(
@@ -171,6 +197,17 @@ class ActaSettings(BaseSettings):
     data_dir: Path = Field(
         default_factory=default_data_dir, description="Data folder of the embedded PostgreSQL."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_environment(cls, data: Any) -> Any:
+        """What is given wins; every other field comes from the environment if set there."""
+        if not isinstance(data, Mapping):
+            return data
+        given = dict(data)
+        if "ACTA_SCHEMA" in given:  # the alias, as pydantic-settings accepted it
+            given["db_schema"] = given.pop("ACTA_SCHEMA")
+        return {**environment(), **given}
 
     @field_validator("namespace")
     @classmethod
