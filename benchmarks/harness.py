@@ -180,6 +180,9 @@ class Runner:
         out = {"jobs_per_s": self.opts.n / r["elapsed"], "elapsed_s": r["elapsed"], "loadavg": la}
         if "build_s" in r:
             out["build_s"] = r["build_s"]
+        if "orm_elapsed" in r:  # acta's driver: a trivial ORM model beside it, same session
+            out["orm_jobs_per_s"] = self.opts.n / r["orm_elapsed"]
+            out["over_orm"] = r["orm_elapsed"] / r["elapsed"]
         return out
 
     # ------------------------------------------------------------------ (b) drain

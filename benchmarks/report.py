@@ -71,6 +71,10 @@ def rows_for(drain_keys: list[tuple[str, str]], only: list[str]) -> list[Row]:
         rows += [
             Row("(a) enqueue, 1 per txn, jobs/s", "enqueue_single", "enqueue_single",
                 "jobs_per_s", 0, "higher"),
+            Row("(a) enqueue, 1 per txn: a trivial ORM model beside it, rows/s",
+                "enqueue_single", "enqueue_single", "orm_jobs_per_s", 0, "-"),
+            Row("(a) enqueue, 1 per txn: jobs/s over the trivial model's rows/s",
+                "enqueue_single", "enqueue_single", "over_orm", 2, "-"),
             Row("(a) enqueue, bulk 1,000/call, jobs/s", "enqueue_bulk", "enqueue_bulk",
                 "jobs_per_s", 0, "higher"),
         ]  # fmt: skip

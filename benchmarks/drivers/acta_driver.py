@@ -2,7 +2,10 @@
 
 setup   : ``acta_sqla.migrate.upgrade`` (acta's own Alembic migrations)
 enqueue : single  = ``session.add(noop.job(i=i))`` + ``await session.commit()`` per job on an
-                    ``AsyncSession`` (asyncpg): one job per transaction
+                    ``AsyncSession`` (asyncpg): one job per transaction; interleaved, in
+                    blocks of ORM_BLOCK, with the same loop adding a trivial ORM model
+                    (``TrivialRow``: an identity key, a kind, JSON args) to a table of its
+                    own, in the same session: the ORM's own ceiling (``orm_elapsed``)
           bulk    = ``await acta.enqueue_many(session, noop.jobs([1,000 args]))`` + commit per call
           latency = one job per transaction, ``BENCH_LAT_SPACING`` apart, each carrying ``ts``
 The worker is the real ``acta worker --app benchmarks.app:acta`` (started by the harness).
@@ -12,13 +15,53 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from _lib import BULK_CHUNK, DSN, emit, parse_args, run_latency_enqueue
-from sqlalchemy import text
+from sqlalchemy import BigInteger, Identity, text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from benchmarks.app import acta, noop
+
+ORM_BLOCK = 500
+
+
+class TrivialBase(DeclarativeBase):
+    pass
+
+
+class TrivialRow(TrivialBase):
+    """The trivial ORM model acta's one-per-transaction enqueue is measured beside."""
+
+    __tablename__ = "bench_trivial_orm"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    kind: Mapped[str]
+    args: Mapped[dict[str, Any]] = mapped_column(JSONB)
+
+
+async def single_beside_orm(session: AsyncSession, n: int) -> dict[str, float]:
+    """n jobs, one per transaction, and n trivial rows the same way, in alternating blocks
+    (machine noise falls on both alike); the elapsed time of each."""
+    await session.run_sync(lambda s: TrivialBase.metadata.create_all(s.connection()))
+    await session.execute(text("TRUNCATE bench_trivial_orm"))
+    await session.commit()
+    acta_s = orm_s = 0.0
+    for start in range(0, n, ORM_BLOCK):
+        block = range(start, min(n, start + ORM_BLOCK))
+        t = time.monotonic()
+        for i in block:
+            session.add(noop.job(i=i))
+            await session.commit()
+        acta_s += time.monotonic() - t
+        t = time.monotonic()
+        for i in block:
+            session.add(TrivialRow(kind="noop", args={"i": i}))
+            await session.commit()
+        orm_s += time.monotonic() - t
+    return {"elapsed": acta_s, "orm_elapsed": orm_s}
 
 
 def async_url(dsn: str) -> str:
@@ -34,11 +77,7 @@ async def enqueue(mode: str, n: int) -> dict[str, float]:
             await session.execute(text("SELECT 1"))
             await session.commit()
             if mode == "single":
-                t = time.monotonic()
-                for i in range(n):
-                    session.add(noop.job(i=i))
-                    await session.commit()
-                return {"elapsed": time.monotonic() - t}
+                return await single_beside_orm(session, n)
             if mode == "bulk":
                 build = 0.0
                 t = time.monotonic()
