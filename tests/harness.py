@@ -162,6 +162,21 @@ def acta_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "acta_sqla.cli"]
 
 
+def run_acta(
+    url: str, namespace: str, cwd: Path, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """One `acta` command of a test against ``url`` in ``namespace``, run in ``cwd``; its
+    exit code and output."""
+    return subprocess.run(
+        [*acta_command(), *args],
+        env=worker_env(url, ACTA_NAMESPACE=namespace),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def worker_env(url: str | None, runs_log: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment of an `acta` process of a test: the machine's environment without
     any ``ACTA_*`` setting of the caller's shell (so a developer's ACTA_NAMESPACE or

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Run, Sql, Workers, acta_command, insert_jobs, read_runs, worker_env
+from tests.harness import (
+    Run,
+    Sql,
+    Workers,
+    insert_jobs,
+    read_runs,
+    run_acta,
+)
 from tests.waiting import wait_for
 
 APP = "tests.e2e.app_definitions:acta"
@@ -28,14 +35,7 @@ def workers(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Worke
 
 
 def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*acta_command(), *args],
-        env=worker_env(db, ACTA_NAMESPACE=NAMESPACE),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_acta(db, NAMESPACE, tmp_path, *args)
 
 
 def applied(workers: Workers, text: str) -> bool:

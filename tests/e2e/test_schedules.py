@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Sql, Workers, acta_command, worker_env
+from tests.harness import Sql, Workers, run_acta
 from tests.waiting import wait_for
 
 APP = "tests.e2e.app_schedules:acta"
@@ -24,14 +24,7 @@ def worker(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Worker
 
 
 def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*acta_command(), *args],
-        env=worker_env(db, ACTA_NAMESPACE=NAMESPACE),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_acta(db, NAMESPACE, tmp_path, *args)
 
 
 def count(sql: Sql, where: str) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Sql, Workers, acta_command, insert_jobs, read_runs, worker_env
+from tests.harness import Sql, Workers, insert_jobs, read_runs, run_acta
 from tests.waiting import wait_for
 
 APP = "tests.e2e.app_waits:acta"
@@ -29,14 +29,7 @@ def workers(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Worke
 
 
 def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*acta_command(), *args],
-        env=worker_env(db, ACTA_NAMESPACE=NAMESPACE),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-    )
+    return run_acta(db, NAMESPACE, tmp_path, *args, timeout=CLI_TIMEOUT)
 
 
 def status(sql: Sql, job_id: int) -> str:
