@@ -133,9 +133,7 @@ ENV_PREFIX = "ACTA_"
 DOTENV = ".env"
 
 
-def environment(
-    environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] = DOTENV
-) -> dict[str, str]:
+def environment() -> dict[str, str]:
     """The settings found in ``ACTA_*`` environment variables and the ``.env`` file of the
     current folder (the environment wins over the file), by field name. Names match
     without regard to case; ``ACTA_SCHEMA`` sets ``db_schema``; any other variable,
@@ -148,11 +146,11 @@ def environment(
     names.pop(f"{ENV_PREFIX}DB_SCHEMA")
     names[f"{ENV_PREFIX}SCHEMA"] = "db_schema"
     sources: list[Mapping[str, str | None]] = []
-    if os.path.isfile(dotenv):
+    if os.path.isfile(DOTENV):
         from dotenv import dotenv_values
 
-        sources.append(dotenv_values(dotenv, encoding="utf-8"))
-    sources.append(os.environ if environ is None else environ)
+        sources.append(dotenv_values(DOTENV, encoding="utf-8"))
+    sources.append(os.environ)
     found: dict[str, str] = {}
     for source in sources:
         for key, value in source.items():
@@ -166,7 +164,7 @@ class ActaSettings(BaseModel):
     """acta-sqla's settings: each field from its ``ACTA_*`` environment variable (or
     ``.env``, see :func:`environment`) unless given; ``ACTA_SCHEMA`` for ``db_schema``."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     database_url: str | None = Field(
         default=None,

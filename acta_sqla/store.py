@@ -336,7 +336,13 @@ class WorkerStore:
             # alone=False: the prepared claim never takes a suspect (nor anything: limit 0).
             ready(self.claim_conn, self.sql.claim_jobs, ns, 0, self.worker_id, lease, False),
             ready(self.claim_conn, self._claim_plain_sql, ns, 0, self.worker_id, lease),
-            ready(self.complete_conn, self.sql.complete_plain, "[]", self.worker_id, "{}"),
+            ready(
+                self.complete_conn,
+                self.sql.complete_plain,
+                "[]",
+                self.worker_id,
+                complete.NO_FEATURES,
+            ),
             ready(self.heartbeat_conn),
         )
 
@@ -422,7 +428,8 @@ class WorkerStore:
         write applied (the others' leases were lost, or an earlier try landed)."""
         core, features = complete.encode(batch)
         # A batch with no feature input runs the statement without the feature parts.
-        sql = self.sql.complete_plain if features == "{}" else self.sql.complete_executions
+        plain = features == complete.NO_FEATURES
+        sql = self.sql.complete_plain if plain else self.sql.complete_executions
         rows = await self.complete_conn.fetch(sql, core, self.worker_id, features)
         return {r[0] for r in rows}
 

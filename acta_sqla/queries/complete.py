@@ -54,6 +54,11 @@ CORE: tuple[tuple[str, str], ...] = (
 the positions ``e->>0 …`` are rendered from this list, never written by hand."""
 
 
+NO_FEATURES = "{}"
+"""``$3`` of a batch none of whose completions carries a feature: such a batch is written by
+:func:`complete_plain`."""
+
+
 def encode(batch: Sequence[Completion]) -> tuple[str, str]:
     """The statement's two inputs: ``$1`` the core array (one JSON array per completion,
     ``Completion``'s core fields in order) and ``$3`` the sparse features, keyed by job id
@@ -64,7 +69,7 @@ def encode(batch: Sequence[Completion]) -> tuple[str, str]:
     store (a lone surrogate) is a data error of this statement, never a client-side one."""
     core = json.dumps([c[:CORE_FIELDS] for c in batch])
     features = {c.job_id: c.features for c in batch if c.features}
-    return core, json.dumps(features) if features else "{}"
+    return core, json.dumps(features) if features else NO_FEATURES
 
 
 _COLUMNS = ",\n                   ".join(

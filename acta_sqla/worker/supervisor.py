@@ -200,10 +200,10 @@ class Worker:
     async def start(self) -> None:
         self.store = store = await self._connect()
         # Before the stages warm up: they prepare the claim this worker will run.
-        store.telemetry = metrics.sdk_configured() or tracing.sdk_configured()
+        store.measure_depth = metered = metrics.sdk_configured()
+        store.telemetry = metered or tracing.sdk_configured()
         await self._register(store)
         metrics.watch_registry(self.registry, self.namespace)
-        store.measure_depth = metrics.sdk_configured()
         self.finalizer = Finalizer(
             store, self.registry, self.completed, self.clock, on_written=self._on_written
         )
