@@ -179,25 +179,36 @@ async def test_a_job_refused_by_the_rate_takes_no_slot_and_bounces_to_the_meters
 async def test_the_meter_under_concurrent_statements_keeps_the_bound(
     conn: asyncpg.Connection, stores: list[WorkerStore]
 ) -> None:
-    """Three sessions ask as fast as they can for 2 s. Each admission happened somewhere
-    between its call's start and its answer; any admissions whose whole interval lies in
-    one half-open window of 1 s are in that window, and there must never be more than 10
-    (a token bucket of 10 would admit 10 at once and more as it refills)."""
+    """Three sessions ask as fast as they can for 2 s. A test-only trigger logs each
+    admission's own time (the meter's ``next_at`` moving, less one interval) in the
+    database's clock, which admission reads: of any 11 admissions in a row, the first and
+    the last are at least 1 s apart (a token bucket of 10 would admit 10 at once). The
+    clients' own clocks are not used: a step of the wall clock would skew them."""
     policy = Policy(rate=Rate.parse("10/s"))
     await conn.execute("INSERT INTO acta.job (kind) SELECT 'k' FROM generate_series(1, 2000)")
-    admitted: list[tuple[float, float]] = []
-    refused = 0
+    await conn.execute(
+        """
+        CREATE TABLE acta.test_admitted (at timestamptz NOT NULL);
+        CREATE FUNCTION acta.test_log_admission() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO acta.test_admitted VALUES (NEW.next_at - interval '0.1 s');
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER test_log_admission AFTER UPDATE ON acta.rate_meter FOR EACH ROW
+            WHEN (NEW.next_at IS DISTINCT FROM OLD.next_at)
+            EXECUTE FUNCTION acta.test_log_admission();
+        """
+    )
+    admitted = refused = 0
 
     async def hammer(store: WorkerStore, stop: float) -> None:
-        nonlocal refused
+        nonlocal admitted, refused
         while time.monotonic() < stop:
             jobs = await store.claim_jobs(4)
-            lo = time.monotonic()
             answers = await store.admit([ask(j, policy) for j in jobs])
-            hi = time.monotonic()
             for _, verdict, _ in answers:
                 if verdict == "admitted":
-                    admitted.append((lo, hi))
+                    admitted += 1
                 else:
                     refused += 1
             await store.complete_executions([completions.bounce(j, 0.0) for j in jobs])
@@ -205,7 +216,8 @@ async def test_the_meter_under_concurrent_statements_keeps_the_bound(
     start = time.monotonic()
     await asyncio.gather(*(hammer(s, start + 2.0) for s in stores))
     assert refused > 0  # the sessions really did ask faster than the rate
-    assert 5 <= len(admitted) <= 21, len(admitted)
-    for lo, _ in admitted:
-        inside = [1 for a, b in admitted if a >= lo and b < lo + 1.0]
-        assert len(inside) <= 10
+    assert 5 <= admitted <= 21, admitted
+    times = [r["at"] for r in await conn.fetch("SELECT at FROM acta.test_admitted ORDER BY at")]
+    assert len(times) == admitted  # every admission moved the meter, once
+    for first, eleventh in zip(times, times[10:], strict=False):
+        assert (eleventh - first).total_seconds() >= 1.0
