@@ -183,9 +183,10 @@ class Handler(Generic[P, R]):
             ("concurrency_key", "concurrency_key", policy.concurrency_key),
         ):
             value = options.get(option)
-            fields[column] = (
-                value if value is not None else render_key(template, args, option, self.kind)
-            )
+            if value is None:
+                value = render_key(template, args, option, self.kind)
+            if value is not None:  # an unset column is NULL all the same, unvalidated
+                fields[column] = value
         if policy.rate is not None:
             fields["rate_key"] = (
                 render_key(policy.rate_key, args, "rate_key", self.kind) or self.kind

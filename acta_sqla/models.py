@@ -100,9 +100,11 @@ class Job(Base):
     )
     priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
     """Lower runs first."""
-    run_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=func.now(), server_default=func.now()
-    )
+    # The database's default alone (no Python-side ``default=func.now()``): the INSERT
+    # leaves the column out and RETURNING brings the value back, where a SQL-expression
+    # default made the ORM build and cache-key a new INSERT for every job (~45 us of a
+    # one-job transaction's Python time: docs/performance.md).
+    run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     """When the job is due (or, while ``waiting`` for a signal, when the wait times out)."""
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Attempts charged so far: a claim counts one; uncharged hand-backs give it back."""
@@ -145,9 +147,7 @@ class Job(Base):
     """An attempt was lost with its worker before it was known to start: the job may be
     the one that kills workers, so the claim runs it alone until it ends (migration 0005)."""
 
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=func.now(), server_default=func.now()
-    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (

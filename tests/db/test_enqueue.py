@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, event, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
@@ -54,6 +54,38 @@ def _sync_jobs(engine: Engine) -> list[Job]:
 
 
 # ----------------------------------------------------------------------- AsyncSession
+
+
+async def test_a_flushed_job_knows_its_database_times_from_the_insert_itself(
+    async_session: AsyncSession, async_engine: AsyncEngine
+) -> None:
+    """``run_at`` and ``created_at`` come from the database's clock through the INSERT's
+    RETURNING (the columns have server defaults only, so the ORM caches one INSERT instead
+    of building one per job): readable right after the flush, with no further query, and
+    the same as what the row holds; unset key columns are stored as NULL."""
+    job = send_welcome.job(user_id=7)
+    async_session.add(job)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sync_engine = async_engine.sync_engine
+    event.listen(sync_engine, "before_cursor_execute", seen)
+    try:
+        await async_session.flush()
+        due, created = job.run_at, job.created_at  # no lazy load: AsyncSession would raise
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", seen)
+    [insert] = statements
+    assert "RETURNING" in insert and "run_at" in insert.split("RETURNING")[1]
+    assert "created_at" not in insert.split("RETURNING")[0]
+    db_now = await async_session.scalar(text("SELECT now()"))  # the same transaction
+    assert due == created == db_now
+    await async_session.commit()
+    [stored] = await _jobs(async_engine)
+    assert (stored.run_at, stored.created_at) == (due, created)
+    assert (stored.unique_key, stored.lane_key, stored.concurrency_key) == (None, None, None)
 
 
 async def test_async_add_is_visible_only_after_commit(
