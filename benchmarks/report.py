@@ -109,6 +109,31 @@ def rows_for(drain_keys: list[tuple[str, str]], only: list[str]) -> list[Row]:
             Row("(c) pickup latency p95 ms", "latency", "latency", "p95", 1, "lower"),
             Row("(c) pickup latency p99 ms", "latency", "latency", "p99", 1, "lower"),
         ]
+    if "startup" in only:
+        rows += [
+            Row("(d) start-up: spawn to first claim, ms", "startup", "-", "claim_ms", 0, "lower"),
+            Row("(d) start-up: spawn to first completion, ms", "startup", "-", "done_ms", 0,
+                "lower"),
+        ]  # fmt: skip
+    if "features" in only:
+        for feature, label in (
+            ("plain", "plain (no key)"),
+            ("keyed", "keyed (200 keys, limit 5)"),
+            ("laned", "laned (200 lanes)"),
+            ("fanout", "fan-out (one parent's children)"),
+        ):
+            p = f"(e) feature drain [64 executors] {label}"
+            key = f"feature_{feature}"
+            rows += [
+                Row(f"{p} jobs/s", key, "-", "jobs_per_s", 0, "higher"),
+                Row(f"{p} PG CPU us/job", key, "-", "pg_us_per_job", 0, "lower"),
+            ]
+        p = "(e) schedule: one tick claimed and completed alone, us"
+        rows += [
+            Row(f"{p}: a fire (enqueues the next)", "feature_ticks", "-", "fire_us", 0, "lower"),
+            Row(f"{p}: a plain job", "feature_ticks", "-", "plain_us", 0, "lower"),
+            Row(f"{p}: the fire's own cost", "feature_ticks", "-", "extra_us", 0, "lower"),
+        ]
     return rows
 
 

@@ -40,7 +40,10 @@ from benchmarks.report import build_table, render, rows_for
 from benchmarks.systems import Acta, PgQueuer, System, prepare_baseline
 
 DEFAULT_DSN = os.environ.get("ACTA_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-WORKLOADS = ("enqueue", "drain", "latency")
+WORKLOADS = ("enqueue", "drain", "latency", "startup", "features")
+FEATURES = ("plain", "keyed", "laned", "fanout", "ticks")
+"""The ``features`` workload: the feature drains of ``benchmarks.keyed``, and the per-tick
+schedule cost of ``benchmarks.statements``."""
 PG_SETTINGS = (
     "shared_buffers",
     "synchronous_commit",
@@ -59,7 +62,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--only", default=",".join(WORKLOADS), help="workloads: enqueue,drain,latency")
+    ap.add_argument("--only", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
+    ap.add_argument(
+        "--spawns", type=int, default=5, help="start-up: spawns per trial (their median)"
+    )
+    ap.add_argument(
+        "--fanout", type=int, default=10000, help="features: children of the fan-out's parent"
+    )
+    ap.add_argument(
+        "--ticks", type=int, default=2000, help="features: ticks in the per-tick schedule chain"
+    )
     ap.add_argument("--systems", default="acta,pgqueuer", help="acta,pgqueuer")
     ap.add_argument("--trials", type=int, default=3, help="runs of each measurement (median)")
     ap.add_argument("--n", type=int, default=20000, help="jobs in (a) and (b)")
@@ -100,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.smoke:
         args.n, args.trials, args.systems = 500, 1, "acta"
         args.n_lat = min(args.n_lat, 50)
+        args.spawns, args.fanout, args.ticks = 1, 500, 100
     # Any SQLAlchemy-style URL of the server will do: postgresql+asyncpg://... -> postgresql://
     args.dsn = re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", args.dsn)
     args.only = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -137,6 +150,12 @@ def brief(workload: str, r: dict[str, Any]) -> str:
             "fsyncs/1k "
             f"({la})"
         )
+    if workload == "startup":
+        return f"first claim {r['claim_ms']:.0f} ms, first completion {r['done_ms']:.0f} ms ({la})"
+    if workload == "feature_ticks":
+        return f"fire {r['fire_us']:.0f} us, plain job {r['plain_us']:.0f} us per tick ({la})"
+    if workload.startswith("feature_"):
+        return f"{r['jobs_per_s']:,.0f} jobs/s, PG {r['pg_us_per_job']:.0f} us/job ({la})"
     return f"p50 {r['p50']:.1f} p95 {r['p95']:.1f} p99 {r['p99']:.1f} ms ({la})"
 
 
@@ -148,6 +167,28 @@ async def server_info(admin: asyncpg.Connection) -> dict[str, Any]:
         except asyncpg.PostgresError:
             info[name] = None
     return info
+
+
+async def measure_acta_only(args: argparse.Namespace, workload: str) -> dict[str, Any]:
+    """The workloads only acta has (this checkout's): start-up from the database's own
+    timestamps (``benchmarks.startup``), and the feature drains (``benchmarks.keyed``, at
+    64 executors, 200 keys or lanes)."""
+    from benchmarks import keyed, startup, statements
+
+    la = loadavg()
+    try:
+        if workload == "startup":
+            r: dict[str, Any] = await startup.medians(args.dsn, args.spawns, startup.REPO)
+        elif workload == "feature_ticks":
+            r = await statements.tick_cost(args.dsn, args.ticks, rounds=1)
+        else:
+            feature = workload.removeprefix("feature_")
+            n = args.fanout if feature == "fanout" else args.n
+            r = await keyed.trial(args.dsn, feature, n, 200, 64)
+    except Exception as exc:  # recorded; the run goes on
+        return {"error": f"{type(exc).__name__}: {exc}"[:4000]}
+    r["loadavg"] = la
+    return r
 
 
 async def measure(runner: Runner, workload: str, setting: str | None) -> dict[str, Any]:
@@ -171,10 +212,16 @@ def drain_key(system: System, setting: str | None) -> str:
     return "drain@" + (setting or "default")
 
 
+ACTA_ONLY = ("startup",)
+
+
 def steps_of(workload: str, order: list[System]) -> list[tuple[System, str, str | None]]:
     """One trial's measurements of ``workload``: (system, result key, setting). Drains go
     setting by setting, each system in turn, so that this checkout and its baseline run
-    the same setting back to back, under about the same load."""
+    the same setting back to back, under about the same load. Start-up and the feature
+    drains are this checkout's acta's alone."""
+    if workload in ACTA_ONLY or workload.startswith("feature_"):
+        return [(s, workload, None) for s in order if s.name == "acta"]
     if workload != "drain":
         return [(s, workload, None) for s in order]
     depth = max(len(s.drain_settings) for s in order)
@@ -242,6 +289,8 @@ async def main_async(args: argparse.Namespace) -> int:
                 ("enqueue_bulk", "enqueue"),
                 ("drain", "drain"),
                 ("latency", "latency"),
+                ("startup", "startup"),
+                *((f"feature_{f}", "features") for f in FEATURES),
             )
             if wanted in args.only
         ]
@@ -252,7 +301,10 @@ async def main_async(args: argparse.Namespace) -> int:
             for workload in plan:
                 for s, key, setting in steps_of(workload, order):
                     t = time.monotonic()
-                    r = await measure(runners[s.name], key, setting)
+                    if workload in ACTA_ONLY or workload.startswith("feature_"):
+                        r = await measure_acta_only(args, workload)
+                    else:
+                        r = await measure(runners[s.name], key, setting)
                     failures += "error" in r
                     results[s.name].setdefault(key, []).append(r)
                     say(

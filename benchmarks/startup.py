@@ -43,6 +43,7 @@ from sqlalchemy.engine import make_url
 from benchmarks.run import DEFAULT_DSN
 
 DATABASE = "acta_startup_bench"
+REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
 
 
@@ -106,54 +107,86 @@ async def one_spawn(conn: asyncpg.Connection, url: str, checkout: Path) -> tuple
         proc.wait(timeout=30)
 
 
-async def main_async(dsn: str, spawns: int, checkouts: list[Path]) -> None:
-    from acta_sqla import migrate
+class Spawner:
+    """A scratch database (``acta_startup_bench``, migrated) and the spawns measured on it:
+    ``async with Spawner(dsn) as sp: claim_s, done_s = await sp.spawn(checkout)``."""
 
-    admin = await asyncpg.connect(dsn)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{DATABASE}"')
-    url = make_url(dsn).set(database=DATABASE)
-    plain = url.render_as_string(hide_password=False)
-    try:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.admin: asyncpg.Connection | None = None
+        self.conn: asyncpg.Connection | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> Spawner:
+        from acta_sqla import migrate
+
+        self.admin = await asyncpg.connect(self.dsn)
+        await self.admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        await self.admin.execute(f'CREATE DATABASE "{DATABASE}"')
+        url = make_url(self.dsn).set(database=DATABASE)
+        self.url = url.render_as_string(hide_password=False)
         sa_url = url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
         await asyncio.to_thread(migrate.upgrade, sa_url)
-        conn = await asyncpg.connect(plain)
+        self.conn = await asyncpg.connect(self.url)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+        if self.admin is not None:
+            await self.admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+            await self.admin.close()
+
+    async def spawn(self, checkout: Path) -> tuple[float, float]:
+        """(spawn to first claim, spawn to first completion), seconds."""
+        assert self.conn is not None
+        return await one_spawn(self.conn, self.url, checkout)
+
+
+async def medians(dsn: str, spawns: int, checkout: Path) -> dict[str, float]:
+    """``benchmarks.run``'s start-up workload: one warm-up spawn, then ``spawns`` spawns;
+    the medians in milliseconds."""
+    async with Spawner(dsn) as sp:
+        await sp.spawn(checkout)  # warm the page cache and pyc files
+        got = [await sp.spawn(checkout) for _ in range(spawns)]
+    return {
+        "claim_ms": statistics.median(c for c, _ in got) * 1000,
+        "done_ms": statistics.median(d for _, d in got) * 1000,
+    }
+
+
+async def main_async(dsn: str, spawns: int, checkouts: list[Path]) -> None:
+    async with Spawner(dsn) as sp:
         figures: dict[Path, dict[str, list[float]]] = {
             c: {"claim": [], "done": [], "import": []} for c in checkouts
         }
-        try:
-            await one_spawn(conn, plain, checkouts[0])  # warm the page cache and pyc files
-            for i in range(spawns):
-                for c in checkouts:
-                    claim, done = await one_spawn(conn, plain, c)
-                    figures[c]["claim"].append(claim * 1000)
-                    figures[c]["done"].append(done * 1000)
-                    figures[c]["import"].append(import_ms(c))
-                print(
-                    f"spawn {i + 1}: "
-                    + "  ".join(
-                        f"{c.name or c}: claim {f['claim'][-1]:.0f} ms, done {f['done'][-1]:.0f}"
-                        f" ms, import {f['import'][-1]:.0f} ms"
-                        for c, f in figures.items()
-                    ),
-                    flush=True,
-                )
-        finally:
-            await conn.close()
-        print(f"\nmedians of {spawns} spawns (min-max):")
-        for c, f in figures.items():
-            cells = []
-            for key, label in (
-                ("claim", "spawn to first claim"),
-                ("done", "spawn to first completion"),
-                ("import", "import acta_sqla.cli.worker"),
-            ):
-                v = f[key]
-                cells.append(f"{label} {statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f})")
-            print(f"  {c}: " + "; ".join(cells))
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await admin.close()
+        await sp.spawn(checkouts[0])  # warm the page cache and pyc files
+        for i in range(spawns):
+            for c in checkouts:
+                claim, done = await sp.spawn(c)
+                figures[c]["claim"].append(claim * 1000)
+                figures[c]["done"].append(done * 1000)
+                figures[c]["import"].append(import_ms(c))
+            print(
+                f"spawn {i + 1}: "
+                + "  ".join(
+                    f"{c.name or c}: claim {f['claim'][-1]:.0f} ms, done {f['done'][-1]:.0f}"
+                    f" ms, import {f['import'][-1]:.0f} ms"
+                    for c, f in figures.items()
+                ),
+                flush=True,
+            )
+    print(f"\nmedians of {spawns} spawns (min-max):")
+    for c, f in figures.items():
+        cells = []
+        for key, label in (
+            ("claim", "spawn to first claim"),
+            ("done", "spawn to first completion"),
+            ("import", "import acta_sqla.cli.worker"),
+        ):
+            v = f[key]
+            cells.append(f"{label} {statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f})")
+        print(f"  {c}: " + "; ".join(cells))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a checkout of acta-sqla to run the worker from (repeatable; default: this one)",
     )
     args = ap.parse_args(argv)
-    checkouts = [c.resolve() for c in (args.checkout or [Path(__file__).resolve().parent.parent])]
+    checkouts = [c.resolve() for c in (args.checkout or [REPO])]
     asyncio.run(main_async(args.dsn, args.spawns, checkouts))
     return 0
 

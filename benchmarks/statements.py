@@ -17,6 +17,12 @@ Variants, alternating within each round (the table is emptied and refilled befor
 * ``no_parts``: only the completion without its feature parts;
 * ``no_columns``: only the lean claim.
 
+Then the per-tick schedule cost (``--ticks``, :func:`tick_cost`): a chain of ticks run one
+at a time, each claimed alone and completed, as a schedule's fires (each completion
+enqueues the next tick through its ``next_fire`` part) and as plain jobs (all inserted
+beforehand, completed by ``complete_plain``); the difference is what a fire costs beyond a
+plain job.
+
 Prints microseconds per job for each round and the medians. Needs a PostgreSQL server
 (``--dsn``, a role that may CREATE DATABASE); the scratch database ``acta_statements_bench``
 is dropped first and at the end.
@@ -29,6 +35,7 @@ import asyncio
 import statistics
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: python benchmarks/statements.py
@@ -82,21 +89,104 @@ async def drain(
     return elapsed / n * 1e6
 
 
-async def main_async(dsn: str, n: int, rounds: int) -> None:
+TICK = timedelta(seconds=1)
+
+
+async def tick_chain(conn: asyncpg.Connection, worker: int, n: int, fires: bool) -> float:
+    """Microseconds per tick over a chain of ``n`` ticks, each claimed alone and completed:
+    schedule fires whose completions enqueue the next (``fires``), or plain jobs."""
+    await conn.execute("TRUNCATE acta.job, acta.execution")
+    start = datetime.now(UTC) - timedelta(days=1)  # every tick of the chain is due
+    if fires:
+        await conn.execute(
+            "INSERT INTO acta.job (namespace, kind, args, run_at, schedule_name, scheduled_at) "
+            "VALUES ('default', 'noop', '{}', $1, 'tick', $1)",
+            start,
+        )
+    else:
+        await conn.execute(
+            "INSERT INTO acta.job (namespace, kind, args) "
+            "SELECT 'default', 'noop', '{}' FROM generate_series(1, $1)",
+            n,
+        )
+    await conn.execute("VACUUM ANALYZE acta.job")
+    claim_sql = claim.claim_plain_lean("acta")
+    done_sql = complete.complete_executions("acta") if fires else complete.complete_plain("acta")
+    t0 = time.perf_counter()
+    for _ in range(n):
+        [row] = await conn.fetch(claim_sql, "default", 1, worker, 180.0)
+        job = ClaimedJob._make(row)
+        done = completions.succeeded(job, None, 0.0)
+        if fires:
+            assert job.scheduled_at is not None
+            nxt = {
+                "namespace": "default",
+                "schedule": "tick",
+                "after": job.scheduled_at.isoformat(),
+                "tick": (job.scheduled_at + TICK).isoformat(),
+            }
+            done = done._replace(features={"next": nxt})
+        core, features = complete.encode([done])
+        await conn.fetch(done_sql, core, worker, features)
+    elapsed = time.perf_counter() - t0
+    left = await conn.fetchval("SELECT count(*) FROM acta.job WHERE status = 'succeeded'")
+    if left != n:
+        raise RuntimeError(f"{left} of {n} ticks ran")
+    return elapsed / n * 1e6
+
+
+async def scratch_database(dsn: str) -> tuple[asyncpg.Connection, str]:
+    """A fresh migrated ``acta_statements_bench``: the admin connection and its URL."""
     admin = await asyncpg.connect(dsn)
     await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
     await admin.execute(f'CREATE DATABASE "{DATABASE}"')
     url = make_url(dsn).set(database=DATABASE)
+    sa_url = url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+    await asyncio.to_thread(migrate.upgrade, sa_url)
+    return admin, url.render_as_string(hide_password=False)
+
+
+async def a_worker(conn: asyncpg.Connection) -> int:
+    return int(
+        await conn.fetchval(
+            "INSERT INTO acta.worker (namespace, hostname, pid, executors, status) "
+            "VALUES ('default', 'bench', 1, $1, 'running') RETURNING id",
+            BATCH,
+        )
+    )
+
+
+async def tick_cost(dsn: str, ticks: int, rounds: int = 3) -> dict[str, float]:
+    """``benchmarks.run``'s per-tick schedule figure: medians of ``rounds`` chains of
+    ``ticks`` fires and of plain jobs, alternating; microseconds per tick."""
+    admin, url = await scratch_database(dsn)
     try:
-        sa_url = url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-        await asyncio.to_thread(migrate.upgrade, sa_url)
-        conn = await asyncpg.connect(url.render_as_string(hide_password=False))
+        conn = await asyncpg.connect(url)
         try:
-            worker = await conn.fetchval(
-                "INSERT INTO acta.worker (namespace, hostname, pid, executors, status) "
-                "VALUES ('default', 'bench', 1, $1, 'running') RETURNING id",
-                BATCH,
+            worker = await a_worker(conn)
+            await conn.execute(
+                "INSERT INTO acta.schedule (namespace, name, cron, kind) "
+                "VALUES ('default', 'tick', '* * * * * *', 'noop')"
             )
+            fire, plain = [], []
+            for _ in range(rounds):
+                fire.append(await tick_chain(conn, worker, ticks, True))
+                plain.append(await tick_chain(conn, worker, ticks, False))
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        await admin.close()
+    f, p = statistics.median(fire), statistics.median(plain)
+    return {"fire_us": f, "plain_us": p, "extra_us": f - p}
+
+
+async def main_async(dsn: str, n: int, rounds: int) -> None:
+    admin, url = await scratch_database(dsn)
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            worker = await a_worker(conn)
             shapes = variants("acta")
             times: dict[str, list[float]] = {name: [] for name in shapes}
             for i in range(rounds):
@@ -125,8 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dsn", default=DEFAULT_DSN, help="PostgreSQL server (any database)")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--ticks", type=int, default=2000, help="per-tick cost: ticks per chain")
     args = ap.parse_args(argv)
     asyncio.run(main_async(args.dsn, args.n, args.rounds))
+    r = asyncio.run(tick_cost(args.dsn, args.ticks, args.rounds))
+    print(
+        f"\nper tick, medians of {args.rounds} chains of {args.ticks:,} (one claimed and "
+        f"completed at a time): schedule fire {r['fire_us']:.0f} us, plain job "
+        f"{r['plain_us']:.0f} us, the fire's own cost {r['extra_us']:.0f} us"
+    )
     return 0
 
 
