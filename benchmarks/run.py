@@ -171,8 +171,9 @@ async def server_info(admin: asyncpg.Connection) -> dict[str, Any]:
 
 async def measure_acta_only(args: argparse.Namespace, workload: str) -> dict[str, Any]:
     """The workloads only acta has (this checkout's): start-up from the database's own
-    timestamps (``benchmarks.startup``), and the feature drains (``benchmarks.keyed``, at
-    64 executors, 200 keys or lanes)."""
+    timestamps (``benchmarks.startup``), the feature drains (``benchmarks.keyed``, at 64
+    executors, 200 keys or lanes) and the per-tick schedule cost
+    (``benchmarks.statements.tick_cost``)."""
     from benchmarks import keyed, startup, statements
 
     la = loadavg()
