@@ -60,7 +60,8 @@ def test_60_jobs_over_5_keys_with_limit_2_never_run_more_than_2_of_a_key_at_once
     starts = [r for r in runs if r.event == "start"]
     assert sorted(r.job_id for r in starts) == sorted(ids), "every job ran exactly once"
     # Bounces are uncharged: every job succeeded on its first charged attempt.
-    assert sql("SELECT DISTINCT attempts FROM acta.job") == [(1,)]
+    attempts = sql("SELECT DISTINCT attempts FROM acta.job")
+    assert attempts == [(1,)], attempts
     assert sql("SELECT count(*) FROM acta.execution") == [(60,)]
     assert sql("SELECT count(*) FROM acta.concurrency_slot") == [(0,)]
     # Sweep each key's [start, end] intervals: never more than 2 at once.
@@ -76,7 +77,13 @@ def test_60_jobs_over_5_keys_with_limit_2_never_run_more_than_2_of_a_key_at_once
             peak = max(peak, level)
         peaks[key] = peak
     assert max(peaks.values()) == 2, peaks  # the limit was reached, never passed
-    assert {len({r.pid for r in starts})} == {3}, "all three workers ran some"
+    # The limit held across processes: some key's jobs ran on more than one worker. (Which
+    # worker wins a freed slot is a race; with 60 jobs one of the three may win none, so
+    # the test asks for the property itself, not for all three.)
+    workers_of_key: dict[str, set[int]] = defaultdict(set)
+    for r in starts:
+        workers_of_key[r.key].add(r.pid)
+    assert max(len(p) for p in workers_of_key.values()) >= 2, dict(workers_of_key)
 
 
 def test_a_rate_of_10_per_second_holds_across_3_workers(
