@@ -32,15 +32,17 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: python benchmarks/startup.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import asyncpg
-from sqlalchemy.engine import make_url
 
 from benchmarks.run import DEFAULT_DSN
+from benchmarks.scratch import scratch_database
 
 DATABASE = "acta_startup_bench"
 REPO = Path(__file__).resolve().parent.parent
@@ -107,48 +109,28 @@ async def one_spawn(conn: asyncpg.Connection, url: str, checkout: Path) -> tuple
         proc.wait(timeout=30)
 
 
-class Spawner:
+Spawn = Callable[[Path], Awaitable[tuple[float, float]]]
+"""Spawns a worker from a checkout: (spawn to first claim, spawn to first completion), s."""
+
+
+@asynccontextmanager
+async def spawner(dsn: str) -> AsyncIterator[Spawn]:
     """A scratch database (``acta_startup_bench``, migrated) and the spawns measured on it:
-    ``async with Spawner(dsn) as sp: claim_s, done_s = await sp.spawn(checkout)``."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.admin: asyncpg.Connection | None = None
-        self.conn: asyncpg.Connection | None = None
-        self.url = ""
-
-    async def __aenter__(self) -> Spawner:
-        from acta_sqla import migrate
-
-        self.admin = await asyncpg.connect(self.dsn)
-        await self.admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await self.admin.execute(f'CREATE DATABASE "{DATABASE}"')
-        url = make_url(self.dsn).set(database=DATABASE)
-        self.url = url.render_as_string(hide_password=False)
-        sa_url = url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-        await asyncio.to_thread(migrate.upgrade, sa_url)
-        self.conn = await asyncpg.connect(self.url)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.conn is not None:
-            await self.conn.close()
-        if self.admin is not None:
-            await self.admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-            await self.admin.close()
-
-    async def spawn(self, checkout: Path) -> tuple[float, float]:
-        """(spawn to first claim, spawn to first completion), seconds."""
-        assert self.conn is not None
-        return await one_spawn(self.conn, self.url, checkout)
+    ``async with spawner(dsn) as spawn: claim_s, done_s = await spawn(checkout)``."""
+    async with scratch_database(dsn, DATABASE) as url:
+        conn = await asyncpg.connect(url)
+        try:
+            yield lambda checkout: one_spawn(conn, url, checkout)
+        finally:
+            await conn.close()
 
 
 async def medians(dsn: str, spawns: int, checkout: Path) -> dict[str, float]:
     """``benchmarks.run``'s start-up workload: one warm-up spawn, then ``spawns`` spawns;
     the medians in milliseconds."""
-    async with Spawner(dsn) as sp:
-        await sp.spawn(checkout)  # warm the page cache and pyc files
-        got = [await sp.spawn(checkout) for _ in range(spawns)]
+    async with spawner(dsn) as spawn:
+        await spawn(checkout)  # warm the page cache and pyc files
+        got = [await spawn(checkout) for _ in range(spawns)]
     return {
         "claim_ms": statistics.median(c for c, _ in got) * 1000,
         "done_ms": statistics.median(d for _, d in got) * 1000,
@@ -156,14 +138,14 @@ async def medians(dsn: str, spawns: int, checkout: Path) -> dict[str, float]:
 
 
 async def main_async(dsn: str, spawns: int, checkouts: list[Path]) -> None:
-    async with Spawner(dsn) as sp:
+    async with spawner(dsn) as spawn:
         figures: dict[Path, dict[str, list[float]]] = {
             c: {"claim": [], "done": [], "import": []} for c in checkouts
         }
-        await sp.spawn(checkouts[0])  # warm the page cache and pyc files
+        await spawn(checkouts[0])  # warm the page cache and pyc files
         for i in range(spawns):
             for c in checkouts:
-                claim, done = await sp.spawn(c)
+                claim, done = await spawn(c)
                 figures[c]["claim"].append(claim * 1000)
                 figures[c]["done"].append(done * 1000)
                 figures[c]["import"].append(import_ms(c))

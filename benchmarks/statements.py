@@ -42,13 +42,12 @@ if __package__ in (None, ""):  # run as a file: python benchmarks/statements.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import asyncpg
-from sqlalchemy.engine import make_url
 
-from acta_sqla import migrate
 from acta_sqla.queries import claim, complete
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from benchmarks.run import DEFAULT_DSN
+from benchmarks.scratch import scratch_database
 
 DATABASE = "acta_statements_bench"
 BATCH = 64
@@ -135,17 +134,6 @@ async def tick_chain(conn: asyncpg.Connection, worker: int, n: int, fires: bool)
     return elapsed / n * 1e6
 
 
-async def scratch_database(dsn: str) -> tuple[asyncpg.Connection, str]:
-    """A fresh migrated ``acta_statements_bench``: the admin connection and its URL."""
-    admin = await asyncpg.connect(dsn)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{DATABASE}"')
-    url = make_url(dsn).set(database=DATABASE)
-    sa_url = url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-    await asyncio.to_thread(migrate.upgrade, sa_url)
-    return admin, url.render_as_string(hide_password=False)
-
-
 async def a_worker(conn: asyncpg.Connection) -> int:
     return int(
         await conn.fetchval(
@@ -159,8 +147,7 @@ async def a_worker(conn: asyncpg.Connection) -> int:
 async def tick_cost(dsn: str, ticks: int, rounds: int = 3) -> dict[str, float]:
     """``benchmarks.run``'s per-tick schedule figure: medians of ``rounds`` chains of
     ``ticks`` fires and of plain jobs, alternating; microseconds per tick."""
-    admin, url = await scratch_database(dsn)
-    try:
+    async with scratch_database(dsn, DATABASE) as url:
         conn = await asyncpg.connect(url)
         try:
             worker = await a_worker(conn)
@@ -174,16 +161,12 @@ async def tick_cost(dsn: str, ticks: int, rounds: int = 3) -> dict[str, float]:
                 plain.append(await tick_chain(conn, worker, ticks, False))
         finally:
             await conn.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await admin.close()
     f, p = statistics.median(fire), statistics.median(plain)
     return {"fire_us": f, "plain_us": p, "extra_us": f - p}
 
 
 async def main_async(dsn: str, n: int, rounds: int) -> None:
-    admin, url = await scratch_database(dsn)
-    try:
+    async with scratch_database(dsn, DATABASE) as url:
         conn = await asyncpg.connect(url)
         try:
             worker = await a_worker(conn)
@@ -201,9 +184,6 @@ async def main_async(dsn: str, n: int, rounds: int) -> None:
                 print(f"  {name:<11} {m:6.1f} us/job  ({m / full:.2f}x full)")
         finally:
             await conn.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await admin.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -47,6 +47,9 @@ from .clock import Clock
 from .completions import error_fields
 from .inflight import Entry, EntryState, Permits, Registry
 from .locks import Locker, LockStore
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 log = logger.bind(stage="executor")
 
@@ -127,6 +130,8 @@ class Executor:
         lease: float = DEFAULT_LEASE_SECONDS,
         children_of: Callable[[int], Awaitable[str | None]] | None = None,
         chain: Callable[[ClaimedJob, Completion], Completion] | None = None,
+        tracer: Tracer | None = None,
+        job_metrics: bool = False,
     ) -> None:
         self.handlers = handlers
         self.policies = policies
@@ -145,9 +150,10 @@ class Executor:
         """The worker's lease (from its heartbeat interval): part of the overrun cap."""
         self.children_of = children_of
         self.chain = chain
-        self.tracer = tracing.worker_tracer()
-        """The attempt spans' tracer; None without an OpenTelemetry SDK (no span work)."""
-        self.job_metrics = metrics.sdk_configured()
+        self.tracer = tracer
+        """The attempt spans' tracer; None without an OpenTelemetry SDK (no span work). The
+        worker asks once at start (``tracing.worker_tracer``) for all its executors."""
+        self.job_metrics = job_metrics
         """Record per-job histograms (duration, queue wait): only with a metrics SDK."""
         """Adds a schedule's next fire to a fire's completion (None: no schedules here)."""
         """Reads ``ctx.children`` for a run that follows a wait (None: no database)."""

@@ -200,8 +200,10 @@ class Worker:
     async def start(self) -> None:
         self.store = store = await self._connect()
         # Before the stages warm up: they prepare the claim this worker will run.
+        # Which telemetry SDKs the process has, asked once for the store and the executors.
         store.measure_depth = metered = metrics.sdk_configured()
-        store.telemetry = metered or tracing.sdk_configured()
+        tracer = tracing.worker_tracer()
+        store.telemetry = metered or tracer is not None
         await self._register(store)
         metrics.watch_registry(self.registry, self.namespace)
         self.finalizer = Finalizer(
@@ -239,6 +241,8 @@ class Worker:
                     lease=self.timings.lease,
                     children_of=store.children_of,
                     chain=self._chain if self.acta.schedules else None,
+                    tracer=tracer,
+                    job_metrics=metered,
                 )
                 for _ in range(self.executors_count)
             ],
