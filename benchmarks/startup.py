@@ -13,8 +13,9 @@ the job's ``claimed_at`` and ``finished_at`` (server clock, same machine) give s
 first claim and spawn to first completion. With several ``--checkout``, spawns alternate
 between them, so machine noise hits each alike.
 
-Also printed: ``import acta_sqla.cli.worker`` alone (``-X importtime``'s total), the part
-of start-up that is imports.
+Also printed: the import of the worker command's module alone (``-X importtime``'s total:
+``acta_sqla.cli.launch``, or ``acta_sqla.cli.worker`` in a checkout older than it), the
+part of start-up that is imports.
 
 Needs a PostgreSQL server (``--dsn``, a role that may CREATE DATABASE); the scratch
 database ``acta_startup_bench`` is dropped first and at the end. Each checkout's schema
@@ -56,20 +57,28 @@ def acta_command() -> list[str]:
     return [sys.executable, "-c", "from acta_sqla.cli import main; main()"]
 
 
+def worker_module(checkout: Path) -> str:
+    """The module ``acta worker`` runs from: ``acta_sqla.cli.launch`` (its Typer-free path,
+    since the third pass of issue 16), or ``acta_sqla.cli.worker`` in an older checkout."""
+    launch = checkout / "acta_sqla" / "cli" / "launch.py"
+    return "acta_sqla.cli.launch" if launch.exists() else "acta_sqla.cli.worker"
+
+
 def import_ms(checkout: Path) -> float:
-    """``import acta_sqla.cli.worker``'s cumulative time, from ``-X importtime``."""
+    """The worker command module's cumulative import time, from ``-X importtime``."""
+    module = worker_module(checkout)
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import acta_sqla.cli.worker"],
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
         cwd=checkout,
         capture_output=True,
         text=True,
         check=True,
     )
     for line in reversed(done.stderr.splitlines()):
-        m = re.match(r"import time:\s+\d+\s+\|\s+(\d+)\s+\|\s+acta_sqla\.cli\.worker$", line)
-        if m:
+        m = re.match(r"import time:\s+\d+\s+\|\s+(\d+)\s+\|\s+(\S+)$", line)
+        if m and m.group(2) == module:
             return int(m.group(1)) / 1000
-    raise RuntimeError(f"no import time for acta_sqla.cli.worker in:\n{done.stderr[-2000:]}")
+    raise RuntimeError(f"no import time for {module} in:\n{done.stderr[-2000:]}")
 
 
 async def one_spawn(conn: asyncpg.Connection, url: str, checkout: Path) -> tuple[float, float]:
@@ -164,7 +173,7 @@ async def main_async(dsn: str, spawns: int, checkouts: list[Path]) -> None:
         for key, label in (
             ("claim", "spawn to first claim"),
             ("done", "spawn to first completion"),
-            ("import", "import acta_sqla.cli.worker"),
+            ("import", "import of the worker command"),
         ):
             v = f[key]
             cells.append(f"{label} {statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f})")

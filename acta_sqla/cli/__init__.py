@@ -1,45 +1,34 @@
-"""The `acta` command line (Typer). Sub-commands live in sibling modules."""
+"""The `acta` command line (Typer; the app is assembled in ``commands``).
+
+``acta worker`` with plain options starts through ``launch`` without importing Typer or the
+other commands: a worker's start-up is part of every deploy and every autoscale.
+"""
 
 from __future__ import annotations
 
-import typer
-
-from ._common import configure_logging
-from .db import app as db_app
-from .definitions import app as definitions_app
-from .definitions import pause as _pause
-from .definitions import resume as _resume
-from .doctor import doctor as _doctor
-from .jobs import app as jobs_app
-from .jobs import demo as _demo
-from .jobs import signal as _signal
-from .jobs import status as _status
-from .schedules import app as schedules_app
-
-app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=False,
-    help="acta-sqla: a durable PostgreSQL job queue for SQLAlchemy applications.",
-)
-
-
-from .dashboard import dashboard as _dashboard  # noqa: E402
-from .worker import worker as _worker  # noqa: E402
-
-app.command()(_worker)
-app.add_typer(db_app, name="db")
-app.add_typer(jobs_app, name="jobs")
-app.add_typer(schedules_app, name="schedules")
-app.add_typer(definitions_app, name="definitions")
-app.command("pause")(_pause)
-app.command("resume")(_resume)
-app.command("status")(_status)
-app.command("signal")(_signal)
-app.command("demo")(_demo)
-app.command("dashboard")(_dashboard)
-app.command("doctor")(_doctor)
+import sys
+from typing import Any
 
 
 def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["worker"]:
+        from . import launch
+
+        options = launch.worker_options(args[1:])
+        if options is not None:
+            launch.main(options)
+            return
+    from ._common import configure_logging
+    from .commands import app
+
     configure_logging()
     app(prog_name="acta")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # ``from acta_sqla.cli import app``: the Typer app, built on demand
+        from .commands import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

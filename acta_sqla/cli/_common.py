@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 import asyncpg
-import typer
 from loguru import logger
 
 from ..errors import ActaError, ConfigurationError
@@ -144,9 +143,38 @@ def _program(cmd: Any) -> str:
 
 
 def fail(message: str, code: int = EXIT_FAILURE, command: str = "acta") -> NoReturn:
-    """Print ``<command>: message`` on stderr and exit with ``code``."""
+    """Print ``<command>: message`` on stderr and exit with ``code`` (inside a command)."""
+    import typer  # imported by then: only commands run under Typer call this
+
     typer.echo(f"{command}: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _failure(
+    exc: BaseException, failure: int = EXIT_FAILURE, configuration: int = EXIT_CONFIGURATION
+) -> tuple[str, int] | None:
+    """The one line and the exit status for a user's mistake; None for a bug."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", EXIT_INTERRUPTED
+    if isinstance(exc, ConfigurationError):
+        return describe_error(exc), configuration
+    if isinstance(exc, _user_errors()):
+        return describe_error(exc), failure
+    return None
+
+
+def exit_on_user_error(call: Callable[[], R], command: str) -> R:
+    """``call()`` outside Typer (``acta worker``'s own path) with :func:`run_cli`'s rules:
+    a user's mistake is ``<command>: <what went wrong>`` on stderr and a non-zero exit."""
+    try:
+        return call()
+    except (Exception, KeyboardInterrupt) as exc:
+        found = _failure(exc)
+        if found is None:
+            raise
+        message, code = found
+        print(f"{command}: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(code) from None
 
 
 def command_path(fn: Callable[..., Any]) -> str:
@@ -190,12 +218,11 @@ def run_cli(
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except KeyboardInterrupt:
-            fail("interrupted", EXIT_INTERRUPTED, invoked_path(static))
-        except ConfigurationError as exc:
-            fail(describe_error(exc), configuration, invoked_path(static))
-        except _user_errors() as exc:
-            fail(describe_error(exc), failure, invoked_path(static))
+        except (Exception, KeyboardInterrupt) as exc:
+            found = _failure(exc, failure, configuration)
+            if found is None:
+                raise
+            fail(*found, invoked_path(static))
 
     return wrapper
 
