@@ -50,9 +50,11 @@ def worker_options(args: list[str]) -> WorkerOptions | None:
     while i < len(args):
         arg = args[i]
         name, eq, inline = arg.partition("=")
+        # ``--app=X`` or ``--app X`` (Click reads ``-a=X`` as the value "=X": left to it)
+        valued = name.startswith("--") or not eq
         if name in _FLAGS and not eq:
             field, value = "burst", _FLAGS[name]
-        elif name in _VALUED and (eq or i + 1 < len(args)):
+        elif name in _VALUED and valued and (eq or i + 1 < len(args)):
             field = _VALUED[name]
             if not eq:
                 i += 1

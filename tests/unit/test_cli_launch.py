@@ -50,6 +50,7 @@ def test_plain_command_lines_are_read_as_typer_reads_them(
         ["--unknown"],
         ["extra"],
         ["-am:a"],
+        ["-a=m:a"],  # Click reads "=m:a" as the value
     ],
 )
 def test_anything_else_is_left_to_typer(args: list[str]) -> None:
