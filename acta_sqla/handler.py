@@ -40,7 +40,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 Rows = dict[str, list[Any]]
-"""Jobs as parallel column arrays, the form the bulk INSERT takes."""
+"""Jobs as one list per column (the fields of ``queries.session.BULK_FIELDS``, and ``args``
+as JSON texts): what the bulk INSERT's two parameters are made from."""
 
 _PER_JOB_KEYS = frozenset({"unique_key", "lane", "concurrency_key"})
 
@@ -294,5 +295,4 @@ class JobBatch:
             "unique_key": self.unique_keys or none,
             # The trace context current when the batch is enqueued: one for every job.
             "trace_context": [current_context()] * n,
-            "ord": list(range(1, n + 1)),
         }

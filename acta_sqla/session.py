@@ -35,7 +35,7 @@ CancelOutcome = Literal["cancelled", "requested", "finished", "missing"]
 
 
 def rows(jobs: Sequence[Job] | JobBatch) -> Rows:
-    """Jobs as the bulk INSERT's column arrays (a ``JobBatch`` is already encoded)."""
+    """Jobs as the bulk INSERT's columns (a ``JobBatch`` is already encoded)."""
     if isinstance(jobs, JobBatch):
         return jobs.rows()
     from . import queries
@@ -64,16 +64,14 @@ def enqueue(session: Session, job: Job) -> Job:
 
 
 def _take(rows: Rows, indexes: Sequence[int]) -> Rows:
-    taken = {name: [column[i] for i in indexes] for name, column in rows.items() if name != "ord"}
-    taken["ord"] = list(range(1, len(indexes) + 1))
-    return taken
+    return {name: [column[i] for i in indexes] for name, column in rows.items()}
 
 
 def insert_bulk(session: Session, rows: Rows) -> list[int | None]:
     """Insert ``rows``; the new id of each, or None where its unique key was held."""
     from . import queries
 
-    inserted = session.execute(queries.insert_jobs_bulk(), rows).all()
+    inserted = session.execute(queries.insert_jobs_bulk(), queries.insert_bulk_params(rows)).all()
     ids = iter(sorted(job_id for job_id, _ in inserted))
     won = {key for _, key in inserted if key is not None}
     out: list[int | None] = []

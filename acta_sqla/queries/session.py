@@ -17,6 +17,7 @@ from sqlalchemy import (
     bindparam,
     cast,
     func,
+    literal_column,
     select,
     text,
     update,
@@ -32,10 +33,9 @@ _UNIQUE_WHERE = text(f"unique_key IS NOT NULL AND status IN {ACTIVE}")
 
 # ---------------------------------------------------------------------------- enqueue
 
-_BULK_COLUMNS: tuple[tuple[str, Any], ...] = (
+BULK_FIELDS: tuple[tuple[str, Any], ...] = (
     ("namespace", Text),
     ("kind", Text),
-    ("args", Text),
     ("priority", SmallInteger),
     ("run_at", Text),
     ("delay", Double),
@@ -46,6 +46,8 @@ _BULK_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("unique_key", Text),
     ("trace_context", Text),
 )
+"""The fields of one job in ``insert_jobs_bulk``'s ``:rows``, in order, with their types
+(``args`` travels apart, already JSON)."""
 
 
 def job_insert_values(job: Job) -> dict[str, Any]:
@@ -79,23 +81,34 @@ def select_unique_holder(namespace: str, unique_key: str) -> Select[tuple[Job]]:
     )
 
 
+def _bulk_field(position: int, typ: Any) -> Any:
+    value = literal_column(f"src.r ->> {position}", Text)
+    return value if typ is Text else cast(value, typ)
+
+
 def insert_jobs_bulk() -> Any:
-    """INSERT a batch of jobs from parallel arrays in one statement, in input order.
+    """INSERT a batch of jobs from two JSON texts in one statement, in input order.
+
+    ``:rows`` holds one JSON array per job (the fields of ``BULK_FIELDS``, in order) and
+    ``:args`` the jobs' args, one JSON value each; ``ROWS FROM`` pairs them by position.
+    Two text parameters bind in a fraction of the time of a dozen typed arrays (the driver
+    type-checks every element of an array; ``json.dumps`` writes the rows in C), and the
+    args, already JSON, are joined into one array without being encoded again.
 
     Rows whose unique key is held (by an existing job or an earlier row of the batch) are
     skipped. RETURNING gives (id, unique_key) of the inserted rows; ids grow in input order
     because the SELECT is ordered and ids come from one sequence.
     """
-    cols = {
-        name: func.unnest(bindparam(name, type_=ARRAY(typ))).label(name)
-        for name, typ in _BULK_COLUMNS
-    }
-    cols["ord"] = func.unnest(bindparam("ord", type_=ARRAY(Integer))).label("ord")
-    src = select(*cols.values()).subquery("src")
+    source = text(
+        "ROWS FROM (jsonb_array_elements(CAST(:rows AS jsonb)),"
+        " jsonb_array_elements(CAST(:args AS jsonb))) WITH ORDINALITY AS src(r, args, ord)"
+    ).bindparams(bindparam("rows", type_=Text), bindparam("args", type_=Text))
+    field = {name: _bulk_field(i, typ) for i, (name, typ) in enumerate(BULK_FIELDS)}
     run_at = func.coalesce(
-        cast(src.c.run_at, Job.run_at.type),
-        func.now() + func.make_interval(0, 0, 0, 0, 0, 0, func.coalesce(src.c.delay, 0.0)),
+        cast(field["run_at"], Job.run_at.type),
+        func.now() + func.make_interval(0, 0, 0, 0, 0, 0, func.coalesce(field["delay"], 0.0)),
     )
+    field = {name: value.label(name) for name, value in field.items()}
     names = [
         "namespace",
         "kind",
@@ -109,23 +122,27 @@ def insert_jobs_bulk() -> Any:
         "unique_key",
         "trace_context",
     ]
-    source = select(
-        src.c.namespace,
-        src.c.kind,
-        cast(src.c.args, JSONB),
-        src.c.priority,
-        run_at,
-        src.c.max_attempts,
-        src.c.concurrency_key,
-        src.c.rate_key,
-        src.c.lane_key,
-        src.c.unique_key,
-        src.c.trace_context,
-    ).order_by(src.c.ord)
+    values = (
+        select(
+            field["namespace"],
+            field["kind"],
+            literal_column("src.args", JSONB),
+            field["priority"],
+            run_at.label("run_at"),
+            field["max_attempts"],
+            field["concurrency_key"],
+            field["rate_key"],
+            field["lane_key"],
+            field["unique_key"],
+            field["trace_context"],
+        )
+        .select_from(source)
+        .order_by(literal_column("src.ord"))
+    )
     table = Job.__table__
     return (
         insert(table)
-        .from_select(names, source)
+        .from_select(names, values)
         .on_conflict_do_nothing(
             index_elements=["namespace", "unique_key"], index_where=_UNIQUE_WHERE
         )
@@ -134,9 +151,11 @@ def insert_jobs_bulk() -> Any:
 
 
 def bulk_params(jobs: Sequence[Job]) -> dict[str, list[Any]]:
+    """Jobs as ``Rows``: a list per field of ``BULK_FIELDS``, and ``args`` as JSON texts."""
     import json
 
-    params: dict[str, list[Any]] = {name: [] for name, _ in _BULK_COLUMNS}
+    params: dict[str, list[Any]] = {name: [] for name, _ in BULK_FIELDS}
+    params["args"] = []
     for job in jobs:
         d = job.__dict__
         params["namespace"].append(job.namespace)
@@ -149,8 +168,21 @@ def bulk_params(jobs: Sequence[Job]) -> dict[str, list[Any]]:
         params["max_attempts"].append(d.get("max_attempts"))
         for name in ("concurrency_key", "rate_key", "lane_key", "unique_key", "trace_context"):
             params[name].append(d.get(name))
-    params["ord"] = list(range(1, len(jobs) + 1))
     return params
+
+
+def insert_bulk_params(rows: dict[str, list[Any]]) -> dict[str, str]:
+    """``insert_jobs_bulk``'s two parameters from ``Rows``: the fields as one JSON array per
+    job, and the args (each already JSON text) joined into one JSON array. Strings go as
+    they are (``ensure_ascii=False``), so a string the server cannot store is refused by
+    the driver before anything is sent, as with any other statement."""
+    import json
+
+    fields = zip(*(rows[name] for name, _ in BULK_FIELDS), strict=True)
+    return {
+        "rows": json.dumps(list(fields), ensure_ascii=False, separators=(",", ":")),
+        "args": "[" + ",".join(rows["args"]) + "]",
+    }
 
 
 def select_unique_holders() -> Any:

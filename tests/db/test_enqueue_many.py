@@ -93,6 +93,28 @@ async def test_options_survive_the_bulk_insert(
     assert {j.status for j in (first, second, third)} == {JobStatus.READY}
 
 
+async def test_text_and_args_arrive_exactly_as_given(
+    async_session: AsyncSession, async_engine: AsyncEngine
+) -> None:
+    """The batch travels as JSON text: quotes, backslashes, non-ASCII and JSON-looking
+    strings in keys and args arrive as given, never re-read as JSON."""
+    odd = 'say "hi" \\ żółw ✓ 🐢 [1, {"a": null}] \\u0041'
+    args = {"nested": {"list": [odd, 1.5, None, True], "empty": {}}, "n": 2**53 + 1}
+    await acta.enqueue_many(
+        async_session,
+        [
+            Job(kind="notify", args=args, concurrency_key=odd, rate_key="null", unique_key=odd),
+            Job(kind="notify", args={}, lane_key="[]", trace_context='{"x": 1}'),
+        ],
+    )
+    await async_session.commit()
+
+    first, second = await _jobs(async_engine)
+    assert first.args == args
+    assert (first.concurrency_key, first.rate_key, first.unique_key) == (odd, "null", odd)
+    assert (second.args, second.lane_key, second.trace_context) == ({}, "[]", '{"x": 1}')
+
+
 async def test_unique_keys_in_a_batch(
     async_session: AsyncSession, async_engine: AsyncEngine
 ) -> None:

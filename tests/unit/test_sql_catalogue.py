@@ -149,7 +149,12 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "demo.count_executions": lambda: demo.count_executions("demo"),
 }
 CORE_MODULES = (session, inspect_q, demo)
-CORE_HELPERS = {"session.job_insert_values", "session.bulk_params", "session.unique_holders_params"}
+CORE_HELPERS = {
+    "session.job_insert_values",
+    "session.bulk_params",
+    "session.insert_bulk_params",
+    "session.unique_holders_params",
+}
 """Functions of those modules that build parameters, not statements."""
 
 
