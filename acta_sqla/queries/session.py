@@ -108,41 +108,19 @@ def insert_jobs_bulk() -> Any:
         cast(field["run_at"], Job.run_at.type),
         func.now() + func.make_interval(0, 0, 0, 0, 0, 0, func.coalesce(field["delay"], 0.0)),
     )
-    field = {name: value.label(name) for name, value in field.items()}
-    names = [
-        "namespace",
-        "kind",
-        "args",
-        "priority",
-        "run_at",
-        "max_attempts",
-        "concurrency_key",
-        "rate_key",
-        "lane_key",
-        "unique_key",
-        "trace_context",
-    ]
+    # Every field is a column of its own name but ``delay``, which only computes ``run_at``.
+    columns = {name: value for name, value in field.items() if name != "delay"}
+    columns["run_at"] = run_at
+    columns["args"] = literal_column("src.args", JSONB)
     values = (
-        select(
-            field["namespace"],
-            field["kind"],
-            literal_column("src.args", JSONB),
-            field["priority"],
-            run_at.label("run_at"),
-            field["max_attempts"],
-            field["concurrency_key"],
-            field["rate_key"],
-            field["lane_key"],
-            field["unique_key"],
-            field["trace_context"],
-        )
+        select(*(value.label(name) for name, value in columns.items()))
         .select_from(source)
         .order_by(literal_column("src.ord"))
     )
     table = Job.__table__
     return (
         insert(table)
-        .from_select(names, values)
+        .from_select(list(columns), values)
         .on_conflict_do_nothing(
             index_elements=["namespace", "unique_key"], index_where=_UNIQUE_WHERE
         )
