@@ -3,6 +3,8 @@
 ``wait_for`` blocks (for tests that drive other processes); ``until`` yields to the event
 loop (for async tests whose subject runs on the same loop). Both return the predicate's
 first truthy value and fail, naming what they waited for, once the deadline passes.
+``until_lock_waiters`` waits until statements sent elsewhere are queued on a lock in the
+server (the moment a concurrency test must reach before it lets the holder go).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
+
+import asyncpg
 
 
 def _timed_out(timeout: float, what: str, predicate: object) -> AssertionError:
@@ -37,3 +41,16 @@ async def until(
             raise _timed_out(timeout, what, predicate)
         await asyncio.sleep(interval)
     return value
+
+
+async def until_lock_waiters(
+    conn: asyncpg.Connection, waiters: int = 1, timeout: float = 30.0, interval: float = 0.002
+) -> None:
+    """Until at least ``waiters`` lock requests wait ungranted in the server (``pg_locks``),
+    asked on ``conn``."""
+    deadline = time.monotonic() + timeout
+    query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    while await conn.fetchval(query) < waiters:
+        if time.monotonic() > deadline:
+            raise _timed_out(timeout, f"{waiters} waiter(s) on a lock", query)
+        await asyncio.sleep(interval)

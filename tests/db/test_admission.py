@@ -16,6 +16,7 @@ from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from acta_sqla.worker.admission import request
+from tests.waiting import until_lock_waiters
 
 
 async def new_store(db: str) -> WorkerStore:
@@ -107,7 +108,7 @@ async def test_two_sessions_racing_for_the_last_slot_admit_exactly_one(
             "'acta.slot' || chr(31) || 'default' || chr(31) || 'race', 0))"
         )
         race = asyncio.gather(a.admit([ask(ja, policy)]), b.admit([ask(jb, policy)]))
-        await asyncio.sleep(0.05)
+        await until_lock_waiters(conn, waiters=2)
         await tr.rollback()
         await gate.close()
         [[(_, va, _)], [(_, vb, _)]] = await race

@@ -6,7 +6,6 @@ start-up, and examples/fastapi_app.py under FastAPI's TestClient with its in-pro
 # No `from __future__ import annotations`: the test apps' endpoints are defined inside
 # functions, and FastAPI resolves string annotations in the module's globals only.
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Annotated, Any
 
@@ -23,7 +22,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from acta_sqla import Acta, ConfigurationError, Context
 from acta_sqla.fastapi import Enqueuer, enqueuer, in_process_worker, worker_lifespan
 from acta_sqla.settings import load_settings
-from tests.waiting import wait_for
+from tests.waiting import until, wait_for
 
 NAMESPACE = "fastapi_db"
 acta = Acta(namespace=NAMESPACE)
@@ -236,10 +235,10 @@ async def test_the_in_process_worker_runs_jobs_and_stops_marked_stopped(
     async with in_process_worker(acta, settings=settings) as worker, client(app) as http:
         answer = await http.post("/notes", json={"tokens": ["w"]})
         (job_id,) = answer.json()["job_ids"]
-        deadline = asyncio.get_running_loop().time() + 30
-        while sql("SELECT status FROM acta.job WHERE id = %s", job_id) != [("succeeded",)]:
-            assert asyncio.get_running_loop().time() < deadline, "the job did not succeed"
-            await asyncio.sleep(0.01)
+        await until(
+            lambda: sql("SELECT status FROM acta.job WHERE id = %s", job_id) == [("succeeded",)],
+            what="the job to succeed",
+        )
         assert sql("SELECT status FROM acta.worker WHERE id = %s", worker.worker_id) == [
             ("running",)
         ]

@@ -14,6 +14,7 @@ from acta_sqla.policy import Policy
 from acta_sqla.store import WorkerStore, asyncpg_dsn
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
+from tests.waiting import until_lock_waiters
 
 APP = Acta(namespace="default")
 
@@ -115,7 +116,7 @@ async def test_two_transactions_enqueueing_into_one_lane_at_once(db: str) -> Non
             sql = "INSERT INTO acta.job (kind, lane_key) VALUES ('k', $1) RETURNING id, status"
             r1 = await first.fetchrow(sql, lane)
             blocked = asyncio.create_task(second.fetchrow(sql, lane))
-            await asyncio.sleep(0.1)
+            await until_lock_waiters(first)
             assert not blocked.done(), "the second enqueue must wait for the lane"
             await tf.commit()
             r2 = await blocked
@@ -172,7 +173,7 @@ async def test_a_lanes_ids_follow_commit_order_even_when_a_later_committer_drew_
         await t2.start()
         a = await one.fetchval(sql)
         blocked = asyncio.create_task(two.fetchval(sql))
-        await asyncio.sleep(0.1)
+        await until_lock_waiters(one)
         c = await one.fetchval(sql)
         await t1.commit()
         b = await blocked

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import asyncpg
 import pytest
@@ -19,6 +18,7 @@ from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
+from tests.waiting import until_lock_waiters
 
 APP = Acta()
 
@@ -171,10 +171,7 @@ async def test_a_signal_committed_while_the_completion_waits_for_the_row_is_not_
             store.complete_executions([completions.wait_for_signal(job, "approved", None, 0.1)])
         )
         # The completion is blocked on the row lock until the signal commits.
-        deadline = time.monotonic() + 30
-        while not await conn.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"):
-            assert time.monotonic() < deadline, "the completion never waited for the row"
-            await asyncio.sleep(0.01)
+        await until_lock_waiters(conn)
         assert not write.done()
         await session.commit()
     assert await write == {job.id}

@@ -71,17 +71,19 @@ async def test_sigterm_hands_claimed_but_unstarted_rows_back_uncharged_at_once(
     executor_run = Executor.run
 
     async def claimer_that_waits(self: Claimer) -> None:
-        while not self.stopping:
-            await asyncio.sleep(0.005)
+        await self._stop.wait()
 
     async def executor_after_the_stop(self: Executor) -> None:
         # Take nothing until the stop has begun and no queued entry is still Claimed (the
         # shutdown's hand-back moves them on), then run as usual (ending on its None).
-        while not (
-            worker_box[0].claimer.stopping
-            and all(e.state is not EntryState.CLAIMED for e in entries)
-        ):
-            await asyncio.sleep(0.005)
+        await until(
+            lambda: (
+                worker_box[0].claimer.stopping
+                and all(e.state is not EntryState.CLAIMED for e in entries)
+            ),
+            timeout=120,
+            what="the stop and the hand-back of the claimed entries",
+        )
         await executor_run(self)
 
     monkeypatch.setattr(Claimer, "run", claimer_that_waits)
