@@ -23,7 +23,7 @@ from ..settings import (
 from ..values import Completion
 from . import completions
 from .clock import Clock
-from .inflight import Registry
+from .inflight import EntryState, Registry
 
 log = logger.bind(stage="finalizer")
 
@@ -81,7 +81,7 @@ class Finalizer:
         self.written_at = 0.0
         """When the last batch landed (the clock's time)."""
         self.abandon = False
-        """Set at a hard shutdown: stop repeating a write that does not land."""
+        """Set when the stop gave up on completions that had not landed in time."""
         self._carry: Completion | None = None
         self._stop_seen = False
         self._flushed = False
@@ -103,22 +103,47 @@ class Finalizer:
             if on_ended is not None:
                 self._task.add_done_callback(on_ended)
 
-    async def stop(self, seconds: float) -> None:
+    async def stop(self, seconds: float, give_up: asyncio.Event | None = None) -> None:
         """Flush: put STOP behind the last completion and let the loop write everything
-        before it. A write still failing after ``seconds`` is given up (its rows
-        come back through recovery) and the loop ends. Idempotent."""
+        before it. What is still unwritten ``seconds`` after the call, or once ``give_up``
+        is set (the second signal), is given up: the loop is cancelled and those rows come
+        back through recovery. The time counts from the call, so a full channel (writes
+        failing while the executors kept finishing) cannot hold the stop behind its own
+        STOP. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
         task = self._task
         if task is None:
             return
-        await self.completed.put(STOP)
+
+        async def flush() -> None:
+            await self.completed.put(STOP)
+            await asyncio.shield(task)
+
+        flushing = asyncio.ensure_future(flush())
+        waits: set[asyncio.Future[Any]] = {flushing}
+        if give_up is not None:
+            waits.add(asyncio.ensure_future(give_up.wait()))
         try:
-            await asyncio.wait_for(asyncio.shield(task), seconds)
-        except TimeoutError:
-            self.abandon = True
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        if flushing.done() and not flushing.cancelled():
+            flushing.exception()  # a crashed loop is reported by its on_ended callback
+        if task.done():
+            return
+        self.abandon = True
+        unwritten = sum(1 for e in self.registry if e.state is EntryState.FINALIZING)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
             await task
+        log.bind(event="completion_abandoned", count=unwritten).error(
+            "giving up on {} unwritten completion(s) at shutdown; their rows return "
+            "through recovery once their leases run out",
+            unwritten,
+        )
 
     async def run(self) -> None:
         """Batches until STOP has come and everything before it is written."""
@@ -232,14 +257,6 @@ class Finalizer:
             except Exception as exc:
                 error = exc
             tries += 1
-            if self.abandon:
-                log.bind(event="completion_abandoned").error(
-                    "giving up on {} completions at shutdown; their rows return through "
-                    "recovery: {}",
-                    len(batch),
-                    error,
-                )
-                return set()
             delay = repeat_delay(tries, self.rng)
             level = "WARNING" if tries <= WRITE_REPEAT_WARNINGS else "ERROR"
             log.bind(event="completion_write_failed", tries=tries).log(

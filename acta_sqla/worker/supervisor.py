@@ -55,7 +55,7 @@ STUBBORN_WAIT_SECONDS = 1.0
 """Once a handler is known to ignore its cancel, how long the other executors get to end."""
 FLUSH_SECONDS = 30.0
 """How long the last completions may keep failing to write before the worker gives up on
-them (their rows then come back through recovery)."""
+them (their rows then come back through recovery); a second signal gives up at once."""
 
 
 class Worker:
@@ -342,7 +342,7 @@ class Worker:
         # An executor whose handler swallowed its cancel never reads the None: don't wait
         # for it again (its row is left to its lease; the CLI exits past its task).
         await self.executors.stop(STUBBORN_WAIT_SECONDS if self.stubborn else FORCED_STOP_SECONDS)
-        await self.finalizer.stop(FLUSH_SECONDS)
+        await self.finalizer.stop(FLUSH_SECONDS, give_up=self._force)
         await self.heartbeat.stop()
         await self.lifeline.stop()
         await self.listener.stop()

@@ -10,6 +10,8 @@ ended ``failed`` with ``acta.CompletionRefused``.
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 from tests.harness import Sql, Workers, read_runs
 from tests.waiting import wait_for
 
-from .conftest import enqueue
+from .conftest import all_terminal, count_status, enqueue
 
 REFUSE = """
 CREATE TABLE acta_test_refuse (refuse boolean NOT NULL);
@@ -88,3 +90,45 @@ def test_a_completion_refused_with_42501_repeats_until_it_lands(
     assert "42501" in w.output() or "permission denied" in w.output()
     runs = [r for r in read_runs(runs_log) if r.job_id == job and r.event == "start"]
     assert len(runs) == 1
+
+
+def test_refused_completions_that_fill_the_channel_do_not_hold_the_stop(
+    sql: Sql, workers: Workers, refusing: None
+) -> None:
+    """Completions refused while the claims go on fill the Completed channel: the batch in
+    hand (128), the channel behind it (128 + 8) and the 8 executors waiting for room. The
+    stop's STOP marker could then never enter the channel, and the worker hung on SIGTERM
+    (a second signal too) for as long as the writes failed (found 2026-12-04). Now the
+    flush time counts from the stop, and a second signal gives up on the unwritten
+    completions at once: their rows stay 'executing' under their leases, and recovery
+    brings every one of them back once the writes land again (I1, I6)."""
+    n = 400
+    held = 128 + (128 + 8) + 8
+    w = workers("--grace", "1", "--executors", "8")
+    enqueue(sql, "quick", n)
+    wait_for(
+        lambda: count_status(sql, "executing") >= held,
+        timeout=30,
+        what=f"{held} rows in flight: the Completed channel full",
+    )
+    assert "completions failed" in w.output()
+
+    sent = time.monotonic()
+    w.signal(signal.SIGTERM)
+    wait_for(lambda: "SIGTERM received" in w.output(), what="the first SIGTERM to be seen")
+    w.signal(signal.SIGTERM)
+    status = w.wait(timeout=60)
+    took = time.monotonic() - sent
+    out = w.output()
+    assert status == 0, out
+    # The grace, then the executors waiting for room are cancelled after the forced-stop
+    # wait (10 s); nothing waits out the 30 s flush time.
+    assert took < 1 + 10 + 8, f"exited {took:.1f}s after the first SIGTERM:\n{out}"
+    assert f"giving up on {held} unwritten completion(s)" in out, out
+    assert count_status(sql, "succeeded", "failed", "cancelled") == 0
+    assert count_status(sql, "executing") == held
+
+    sql("UPDATE acta_test_refuse SET refuse = false")
+    workers()
+    wait_for(lambda: all_terminal(sql, n), timeout=60, what="every job to end")
+    assert count_status(sql, "succeeded") == n

@@ -14,7 +14,7 @@ from acta_sqla.settings import BATCH_MAX_BYTES, BATCH_WINDOW_SECONDS
 from acta_sqla.values import Completion, Outcome
 from acta_sqla.worker.clock import Clock
 from acta_sqla.worker.finalizer import STOP, Finalizer, repeat_delay
-from acta_sqla.worker.inflight import Registry
+from acta_sqla.worker.inflight import EntryState, Registry
 
 from .fakes import FakeClock, FakeStore, job, until
 
@@ -277,6 +277,60 @@ async def test_stop_gives_up_a_write_that_does_not_land_within_its_time() -> Non
     await asyncio.wait_for(fin.stop(0.0), 5)
     assert fin.abandon and fin.task is not None and fin.task.done()
     assert down.batches == []  # never landed: the row comes back through recovery
+
+
+class _Down(FakeStore):
+    """A database that takes no completion: every write fails."""
+
+    tries = 0
+
+    async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
+        self.tries += 1
+        await asyncio.sleep(0)
+        raise ConnectionError("down")
+
+
+def _full_and_failing() -> tuple[_Down, asyncio.Queue[Completion | None], Finalizer, Registry]:
+    """A finalizer repeating a failed write while the channel behind it is full, as when
+    the claims went on landing and the completions did not."""
+    registry = Registry()
+    queue: asyncio.Queue[Completion | None] = asyncio.Queue(maxsize=4)
+    down = _Down()
+    # The real clock: the first repeat comes about 1 s after the first try.
+    fin = Finalizer(down, registry, queue, Clock(), rng=random.Random(7))  # type: ignore[arg-type]
+    for i in range(6):
+        entry = registry.add(job(i), 1e9)
+        entry.state = EntryState.FINALIZING
+    fin.start()
+    for i in range(2):
+        queue.put_nowait(done(i))
+    return down, queue, fin, registry
+
+
+async def test_stop_gives_up_within_its_time_even_when_the_channel_is_full() -> None:
+    # The STOP marker cannot enter a full channel while the write in hand keeps failing:
+    # the stop's time counts from the call, not from when the marker got in.
+    down, queue, fin, registry = _full_and_failing()
+    await until(lambda: down.tries >= 1 and queue.empty())
+    for i in range(2, 6):
+        queue.put_nowait(done(i))
+    assert queue.full()
+    await asyncio.wait_for(fin.stop(0.05), 5)
+    assert fin.abandon and fin.task is not None and fin.task.done()
+    assert down.batches == [] and len(registry) == 6  # left held: recovery brings them back
+
+
+async def test_stop_gives_up_at_once_when_told_to() -> None:
+    # The second signal: no waiting out the flush time for writes that do not land.
+    down, queue, fin, _ = _full_and_failing()
+    await until(lambda: down.tries >= 1)
+    give_up = asyncio.Event()
+    stopping = asyncio.create_task(fin.stop(3600.0, give_up=give_up))
+    await until(lambda: down.tries >= 2)  # still repeating: the flush time has not passed
+    assert not stopping.done()
+    give_up.set()
+    await asyncio.wait_for(stopping, 5)
+    assert fin.abandon and fin.task is not None and fin.task.done()
 
 
 async def test_run_once_writes_one_batch() -> None:

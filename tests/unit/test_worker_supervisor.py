@@ -44,7 +44,7 @@ class _Stage:
         self.name = name
         self.calls = calls
 
-    async def stop(self, *bound: float) -> int:
+    async def stop(self, *bound: float, **options: object) -> int:
         self.calls.append(f"{self.name}.stop")
         return 0
 
@@ -102,7 +102,7 @@ async def test_claimed_but_unstarted_rows_are_handed_back_before_the_finalizer_s
     worker.claimed.put_nowait(entry)
 
     class Finalizer(_Stage):
-        async def stop(self, *bound: float) -> int:
+        async def stop(self, *bound: float, **options: object) -> int:
             handed = worker.completed.get_nowait()
             calls.append(f"finalizer.stop after {handed.status} of job {handed.job_id}")
             return 0
