@@ -259,26 +259,6 @@ async def test_start_runs_one_loop_and_stop_flushes_then_is_idempotent() -> None
     assert queue.empty()
 
 
-async def test_stop_gives_up_a_write_that_does_not_land_within_its_time() -> None:
-    class Down(FakeStore):
-        tries = 0
-
-        async def complete_executions(self, batch):  # type: ignore[no-untyped-def]
-            self.tries += 1
-            await asyncio.sleep(0)
-            raise ConnectionError("down")
-
-    store, queue, fin, registry = make(FakeClock())
-    fin.store = down = Down()
-    fin.start()
-    registry.add(job(1), 1e9)
-    queue.put_nowait(done(1))
-    await until(lambda: down.tries >= 2)
-    await asyncio.wait_for(fin.stop(0.0), 5)
-    assert fin.abandon and fin.task is not None and fin.task.done()
-    assert down.batches == []  # never landed: the row comes back through recovery
-
-
 class _Down(FakeStore):
     """A database that takes no completion: every write fails."""
 
@@ -288,6 +268,18 @@ class _Down(FakeStore):
         self.tries += 1
         await asyncio.sleep(0)
         raise ConnectionError("down")
+
+
+async def test_stop_gives_up_a_write_that_does_not_land_within_its_time() -> None:
+    store, queue, fin, registry = make(FakeClock())
+    fin.store = down = _Down()
+    fin.start()
+    registry.add(job(1), 1e9)
+    queue.put_nowait(done(1))
+    await until(lambda: down.tries >= 2)
+    await asyncio.wait_for(fin.stop(0.0), 5)
+    assert fin.abandon and fin.task is not None and fin.task.done()
+    assert down.batches == []  # never landed: the row comes back through recovery
 
 
 def _full_and_failing() -> tuple[_Down, asyncio.Queue[Completion | None], Finalizer, Registry]:
