@@ -364,16 +364,33 @@ class Worker:
         self.stopped.set()
 
     def _hand_back_unstarted(self) -> int:
+        """Claimed-but-unstarted rows go back ``ready`` at once, uncharged, through the
+        finalizer's last batch. One that finds the Completed channel full (its writes are
+        failing) is let go instead: the registry forgets it, so its lease runs out and
+        recovery returns it, also uncharged (it never started)."""
         handed = 0
+        let_go = 0
         while not self.claimed.empty():
             entry = self.claimed.get_nowait()
             self.claimed.task_done()
             if entry is None:
                 continue
+            try:
+                self.completed.put_nowait(handback(entry.job, 0.0))
+            except asyncio.QueueFull:
+                self.registry.remove(entry.key)
+                let_go += 1
+                continue
             entry.stop_reason = Outcome.HANDBACK
             entry.state = EntryState.FINALIZING
-            self.completed.put_nowait(handback(entry.job, 0.0))
             handed += 1
+        if let_go:
+            log.bind(event="handback_left_to_lease", count=let_go).warning(
+                "{} claimed-but-unstarted row(s) could not be handed back (the completions "
+                "are not being written): they return through recovery when their leases "
+                "run out, uncharged",
+                let_go,
+            )
         return handed
 
     def _executing(self) -> int:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from acta_sqla.values import Claim, ClaimedJob, Completion, HeartbeatReport
+from acta_sqla.values import Claim, ClaimedJob, Completion, HeartbeatReport, Outcome
 from tests.waiting import until as until
 
 
@@ -22,6 +22,18 @@ def job(
         max_attempts=kw.pop("max_attempts", None),  # type: ignore[arg-type]
         priority=0,
         **kw,  # type: ignore[arg-type]
+    )
+
+
+def done(i: int, result: str | None = None) -> Completion:
+    """The succeeded completion of ``job(i)``'s first attempt."""
+    return Completion(
+        job_id=i,
+        execution_id=1000 + i,
+        outcome=Outcome.SUCCEEDED,
+        status="succeeded",
+        attempt=1,
+        result_json=result,
     )
 
 

@@ -11,23 +11,12 @@ from loguru import logger
 
 from acta_sqla.errors import StatementRefused
 from acta_sqla.settings import BATCH_MAX_BYTES, BATCH_WINDOW_SECONDS
-from acta_sqla.values import Completion, Outcome
+from acta_sqla.values import Completion
 from acta_sqla.worker.clock import Clock
 from acta_sqla.worker.finalizer import STOP, Finalizer, repeat_delay
 from acta_sqla.worker.inflight import EntryState, Registry
 
-from .fakes import FakeClock, FakeStore, job, until
-
-
-def done(i: int, result: str | None = None) -> Completion:
-    return Completion(
-        job_id=i,
-        execution_id=1000 + i,
-        outcome=Outcome.SUCCEEDED,
-        status="succeeded",
-        attempt=1,
-        result_json=result,
-    )
+from .fakes import FakeClock, FakeStore, done, job, until
 
 
 def make(

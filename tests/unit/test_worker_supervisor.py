@@ -114,3 +114,22 @@ async def test_claimed_but_unstarted_rows_are_handed_back_before_the_finalizer_s
         "executors.stop",
         f"finalizer.stop after {JobStatus.READY} of job 1",
     ]
+
+
+async def test_an_unstarted_row_that_finds_the_channel_full_is_left_to_its_lease() -> None:
+    # The completions are not being written and the Completed channel is full: the
+    # hand-back cannot queue its completion. The stop goes on (it used to raise QueueFull
+    # out of the shutdown), and the row is forgotten, not waited for as if it ran.
+    from .fakes import done, job
+
+    calls: list[str] = []
+    worker = _wired(calls)
+    while not worker.completed.full():
+        worker.completed.put_nowait(done(worker.completed.qsize() + 100))
+    entry = worker.registry.add(job(1), 1e12)
+    worker.claimed.put_nowait(entry)
+    worker.grace = 3600.0  # a row still counted as running would hold the stop this long
+    await asyncio.wait_for(worker.shutdown(), 5)
+    assert worker.stopped.is_set() and "finalizer.stop" in calls
+    assert worker.registry.get(entry.key) is None  # its lease runs out: recovery, uncharged
+    assert worker.claimed.empty()
