@@ -156,11 +156,17 @@ class Handler(Generic[P, R]):
         return dumped
 
     def load_args(self, stored: str) -> dict[str, Any]:
-        """Turn stored JSON args (the text) back into the handler's keyword arguments."""
-        model = self.args_model.model_validate_json(stored)
-        loaded = {name: getattr(model, name) for name in self.arg_names}
-        if model.model_extra:
-            loaded.update(model.model_extra)
+        """Turn stored JSON args (the text) back into the handler's keyword arguments.
+
+        Runs once per attempt in the worker, so it calls the model's validator itself and
+        copies the instance's fields (named as the parameters) instead of going through
+        ``model_validate_json`` and a ``getattr`` per name: 0.66 against 2.28 us for two
+        args (docs/performance.md, fourth pass)."""
+        model = self.args_model.__pydantic_validator__.validate_json(stored)
+        loaded = dict(model.__dict__)
+        extra = model.__pydantic_extra__
+        if extra:
+            loaded.update(extra)
         return loaded
 
     def job(self, **kwargs: Any) -> Job:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy.sql.elements import ClauseElement
 
 from acta_sqla import (
@@ -153,6 +154,25 @@ def test_every_problem_is_reported_together() -> None:
 def test_var_keyword_handler_takes_extra_args() -> None:
     job = resize.job(path="a.png", width=100)
     assert (job.kind, job.args) == ("images.resize", {"path": "a.png", "width": 100})
+
+
+def test_stored_args_load_back_as_the_handlers_keyword_arguments() -> None:
+    # What the worker calls the handler with: every parameter by its name, the
+    # signature's defaults for those not stored, coerced by their annotations, and a
+    # **kwargs handler's extra args beside them.
+    assert ship.load_args('{"order_id": "7"}') == {"order_id": 7, "express": False, "note": None}
+    assert resize.load_args('{"path": "a.png", "width": 100}') == {"path": "a.png", "width": 100}
+    local = Acta()
+
+    with pytest.warns(UserWarning, match="shadows an attribute"):  # pydantic's own note
+
+        @local.job
+        async def shadowing(ctx: Context, copy: int, json: str = "j") -> None: ...
+
+    # Parameter names that are also BaseModel methods still arrive as the values.
+    assert shadowing.load_args('{"copy": 2}') == {"copy": 2, "json": "j"}
+    with pytest.raises(ValidationError):
+        ship.load_args('{"order_id": "seven"}')
 
 
 def test_args_pydantic_accepts_but_json_cannot_hold_are_refused() -> None:
