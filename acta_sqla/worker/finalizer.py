@@ -81,12 +81,15 @@ class Finalizer:
         self.written_at = 0.0
         """When the last batch landed (the clock's time)."""
         self.abandon = False
-        """Set when the stop gave up on completions that had not landed in time."""
+        """Set at the second signal (:meth:`give_up`) or when the stop's time ran out: a
+        failed write is no longer repeated."""
         self._carry: Completion | None = None
         self._stop_seen = False
         self._flushed = False
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        self._pause: asyncio.Future[None] | None = None
+        """The pause before a failed write's repeat (cancelled by :meth:`give_up`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -103,13 +106,20 @@ class Finalizer:
             if on_ended is not None:
                 self._task.add_done_callback(on_ended)
 
-    async def stop(self, seconds: float, give_up: asyncio.Event | None = None) -> None:
+    def give_up(self) -> None:
+        """The second signal: stop repeating writes that fail. A write that lands still
+        lands (an interrupted attempt's completion, say); one that fails is given up at
+        once, a repeat's pause included, and its rows come back through recovery."""
+        self.abandon = True
+        if self._pause is not None:
+            self._pause.cancel()
+
+    async def stop(self, seconds: float) -> None:
         """Flush: put STOP behind the last completion and let the loop write everything
-        before it. What is still unwritten ``seconds`` after the call, or once ``give_up``
-        is set (the second signal), is given up: the loop is cancelled and those rows come
-        back through recovery. The time counts from the call, so a full channel (writes
-        failing while the executors kept finishing) cannot hold the stop behind its own
-        STOP. Idempotent."""
+        before it. What is still unwritten ``seconds`` after the call is given up: the loop
+        is cancelled and those rows come back through recovery. The time counts from the
+        call, so a full channel (writes failing while the executors kept finishing) cannot
+        hold the stop behind its own STOP. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -122,28 +132,24 @@ class Finalizer:
             await asyncio.shield(task)
 
         flushing = asyncio.ensure_future(flush())
-        waits: set[asyncio.Future[Any]] = {flushing}
-        if give_up is not None:
-            waits.add(asyncio.ensure_future(give_up.wait()))
         try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((flushing,), timeout=seconds)
         finally:
-            for w in waits:
-                w.cancel()
+            flushing.cancel()
         if flushing.done() and not flushing.cancelled():
             flushing.exception()  # a crashed loop is reported by its on_ended callback
-        if task.done():
-            return
-        self.abandon = True
+        if not task.done():
+            self.abandon = True
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         unwritten = sum(1 for e in self.registry if e.state is EntryState.FINALIZING)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        log.bind(event="completion_abandoned", count=unwritten).error(
-            "giving up on {} unwritten completion(s) at shutdown; their rows return "
-            "through recovery once their leases run out",
-            unwritten,
-        )
+        if self.abandon and unwritten:
+            log.bind(event="completion_abandoned", count=unwritten).error(
+                "giving up on {} unwritten completion(s) at shutdown; their rows return "
+                "through recovery once their leases run out",
+                unwritten,
+            )
 
     async def run(self) -> None:
         """Batches until STOP has come and everything before it is written."""
@@ -236,7 +242,11 @@ class Finalizer:
         # when the claimer asks for the next ones: let it send first (one loop turn), as
         # the claim is what the executors wait for and this write is not.
         await asyncio.sleep(0)
-        applied = await self._land(batch)
+        try:
+            applied = await self._land(batch)
+        except _GivenUp:
+            # Left in the registry as Finalizing: the stop counts and logs them.
+            return set()
         self.written_at = self.clock.now()
         self._settle(batch, applied, self.written_at - started)
         return applied
@@ -257,6 +267,8 @@ class Finalizer:
             except Exception as exc:
                 error = exc
             tries += 1
+            if self.abandon:
+                raise _GivenUp
             delay = repeat_delay(tries, self.rng)
             level = "WARNING" if tries <= WRITE_REPEAT_WARNINGS else "ERROR"
             log.bind(event="completion_write_failed", tries=tries).log(
@@ -267,7 +279,14 @@ class Finalizer:
                 delay,
                 error,
             )
-            await self.clock.sleep(delay)
+            self._pause = asyncio.ensure_future(self.clock.sleep(delay))
+            try:
+                await asyncio.wait((self._pause,))
+            finally:
+                self._pause.cancel()
+                self._pause = None
+            if self.abandon:
+                raise _GivenUp
 
     async def _write_apart(
         self, batch: list[Completion], exc: StatementRefused, fallback: bool
@@ -312,6 +331,10 @@ class Finalizer:
         self.batches += 1
         if self.on_written is not None:
             self.on_written(batch, applied, seconds)
+
+
+class _GivenUp(Exception):
+    """A failed write is not repeated: the worker is stopping now (:meth:`Finalizer.give_up`)."""
 
 
 def _is_data_error(exc: StatementRefused) -> bool:

@@ -209,6 +209,8 @@ class Worker:
         self.finalizer = Finalizer(
             store, self.registry, self.completed, self.clock, on_written=self._on_written
         )
+        if self._force.is_set():
+            self.finalizer.give_up()
         self.claimer = Claimer(
             store,
             self.registry,
@@ -291,9 +293,13 @@ class Worker:
         self._stop_requested.set()
 
     def force(self) -> None:
-        """The second signal: cancel running handlers now (their jobs are retried)."""
+        """The second signal: cancel running handlers now (their jobs are retried), and
+        repeat no failed completion write (its rows come back through recovery)."""
         self._stop_requested.set()
         self._force.set()
+        finalizer = getattr(self, "finalizer", None)  # None while still starting
+        if finalizer is not None:
+            finalizer.give_up()
 
     async def run(self) -> None:
         """Start, run until a stop is requested (or, in burst mode, until idle), stop."""
@@ -342,7 +348,7 @@ class Worker:
         # An executor whose handler swallowed its cancel never reads the None: don't wait
         # for it again (its row is left to its lease; the CLI exits past its task).
         await self.executors.stop(STUBBORN_WAIT_SECONDS if self.stubborn else FORCED_STOP_SECONDS)
-        await self.finalizer.stop(FLUSH_SECONDS, give_up=self._force)
+        await self.finalizer.stop(FLUSH_SECONDS)
         await self.heartbeat.stop()
         await self.lifeline.stop()
         await self.listener.stop()

@@ -301,17 +301,29 @@ async def test_stop_gives_up_within_its_time_even_when_the_channel_is_full() -> 
     assert down.batches == [] and len(registry) == 6  # left held: recovery brings them back
 
 
-async def test_stop_gives_up_at_once_when_told_to() -> None:
-    # The second signal: no waiting out the flush time for writes that do not land.
-    down, queue, fin, _ = _full_and_failing()
+async def test_the_second_signal_repeats_no_failed_write() -> None:
+    # The second signal: the write repeating in its pause is given up at once, and so is
+    # every later one that fails; the stop then ends without waiting out its time.
+    down, queue, fin, registry = _full_and_failing()
     await until(lambda: down.tries >= 1)
-    give_up = asyncio.Event()
-    stopping = asyncio.create_task(fin.stop(3600.0, give_up=give_up))
-    await until(lambda: down.tries >= 2)  # still repeating: the flush time has not passed
-    assert not stopping.done()
-    give_up.set()
-    await asyncio.wait_for(stopping, 5)
+    fin.give_up()
+    for i in range(2, 6):
+        queue.put_nowait(done(i))
+    await asyncio.wait_for(fin.stop(3600.0), 5)
     assert fin.abandon and fin.task is not None and fin.task.done()
+    assert down.batches == [] and len(registry) == 6  # left held: recovery brings them back
+
+
+async def test_after_the_second_signal_a_write_that_lands_still_lands() -> None:
+    # An interrupted attempt's completion, written once the handlers were cancelled.
+    store, queue, fin, registry = make()
+    fin.start()
+    registry.add(job(1), 1e9)
+    fin.give_up()
+    queue.put_nowait(done(1))
+    await asyncio.wait_for(fin.stop(5.0), 5)
+    assert [c.job_id for b in store.batches for c in b] == [1]
+    assert len(registry) == 0
 
 
 async def test_run_once_writes_one_batch() -> None:
