@@ -10,6 +10,7 @@ server (the moment a concurrency test must reach before it lets the holder go).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,12 +36,18 @@ def wait_for(
 async def until(
     predicate: Callable[[], object], timeout: float = 30.0, what: str = "", interval: float = 0.002
 ) -> Any:
+    """As ``wait_for``, on the event loop; ``predicate`` may also return an awaitable (a
+    question asked of the database), whose result is the condition."""
     deadline = time.monotonic() + timeout
-    while not (value := predicate()):
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
         if time.monotonic() > deadline:
             raise _timed_out(timeout, what, predicate)
         await asyncio.sleep(interval)
-    return value
 
 
 async def until_lock_waiters(
@@ -48,9 +55,8 @@ async def until_lock_waiters(
 ) -> None:
     """Until at least ``waiters`` lock requests wait ungranted in the server (``pg_locks``),
     asked on ``conn``."""
-    deadline = time.monotonic() + timeout
-    query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
-    while await conn.fetchval(query) < waiters:
-        if time.monotonic() > deadline:
-            raise _timed_out(timeout, f"{waiters} waiter(s) on a lock", query)
-        await asyncio.sleep(interval)
+
+    async def enough() -> bool:
+        return await conn.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted") >= waiters
+
+    await until(enough, timeout, f"{waiters} waiter(s) on a lock", interval)

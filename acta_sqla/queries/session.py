@@ -3,6 +3,7 @@ retry): Core/ORM constructs, so they honour ``schema_translate_map`` and any dri
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -130,8 +131,6 @@ def insert_jobs_bulk() -> Any:
 
 def bulk_params(jobs: Sequence[Job]) -> dict[str, list[Any]]:
     """Jobs as ``Rows``: a list per field of ``BULK_FIELDS``, and ``args`` as JSON texts."""
-    import json
-
     params: dict[str, list[Any]] = {name: [] for name, _ in BULK_FIELDS}
     params["args"] = []
     for job in jobs:
@@ -154,8 +153,6 @@ def insert_bulk_params(rows: dict[str, list[Any]]) -> dict[str, str]:
     job, and the args (each already JSON text) joined into one JSON array. Strings go as
     they are (``ensure_ascii=False``), so a string the server cannot store is refused by
     the driver before anything is sent, as with any other statement."""
-    import json
-
     fields = zip(*(rows[name] for name, _ in BULK_FIELDS), strict=True)
     return {
         "rows": json.dumps(list(fields), ensure_ascii=False, separators=(",", ":")),

@@ -126,23 +126,17 @@ class Finalizer:
         task = self._task
         if task is None:
             return
-
-        async def flush() -> None:
-            await self.completed.put(STOP)
-            await asyncio.shield(task)
-
-        flushing = asyncio.ensure_future(flush())
         try:
-            await asyncio.wait((flushing,), timeout=seconds)
-        finally:
-            flushing.cancel()
-        if flushing.done() and not flushing.cancelled():
-            flushing.exception()  # a crashed loop is reported by its on_ended callback
-        if not task.done():
+            async with asyncio.timeout(seconds):
+                await self.completed.put(STOP)
+                await asyncio.shield(task)
+        except TimeoutError:
             self.abandon = True
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        except Exception:
+            pass  # the loop crashed: its on_ended callback reports it
         unwritten = sum(1 for e in self.registry if e.state is EntryState.FINALIZING)
         if self.abandon and unwritten:
             log.bind(event="completion_abandoned", count=unwritten).error(
@@ -267,26 +261,29 @@ class Finalizer:
             except Exception as exc:
                 error = exc
             tries += 1
-            if self.abandon:
+            if not self.abandon:
+                delay = repeat_delay(tries, self.rng)
+                level = "WARNING" if tries <= WRITE_REPEAT_WARNINGS else "ERROR"
+                log.bind(event="completion_write_failed", tries=tries).log(
+                    level,
+                    "writing {} completions failed (try {}), repeating in {:.1f}s: {}",
+                    len(batch),
+                    tries,
+                    delay,
+                    error,
+                )
+                await self._pause_before_repeat(delay)
+            if self.abandon:  # the second signal, before the try or during the pause
                 raise _GivenUp
-            delay = repeat_delay(tries, self.rng)
-            level = "WARNING" if tries <= WRITE_REPEAT_WARNINGS else "ERROR"
-            log.bind(event="completion_write_failed", tries=tries).log(
-                level,
-                "writing {} completions failed (try {}), repeating in {:.1f}s: {}",
-                len(batch),
-                tries,
-                delay,
-                error,
-            )
-            self._pause = asyncio.ensure_future(self.clock.sleep(delay))
-            try:
-                await asyncio.wait((self._pause,))
-            finally:
-                self._pause.cancel()
-                self._pause = None
-            if self.abandon:
-                raise _GivenUp
+
+    async def _pause_before_repeat(self, seconds: float) -> None:
+        """The clock's sleep, cut short by :meth:`give_up`."""
+        self._pause = asyncio.ensure_future(self.clock.sleep(seconds))
+        try:
+            await asyncio.wait((self._pause,))
+        finally:
+            self._pause.cancel()
+            self._pause = None
 
     async def _write_apart(
         self, batch: list[Completion], exc: StatementRefused, fallback: bool

@@ -55,7 +55,8 @@ STUBBORN_WAIT_SECONDS = 1.0
 """Once a handler is known to ignore its cancel, how long the other executors get to end."""
 FLUSH_SECONDS = 30.0
 """How long the last completions may keep failing to write before the worker gives up on
-them (their rows then come back through recovery); a second signal gives up at once."""
+them (their rows then come back through recovery); after a second signal a failed write
+is not repeated at all."""
 
 
 class Worker:

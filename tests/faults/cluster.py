@@ -19,10 +19,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import psycopg
+
+from tests.waiting import wait_for
 
 SYSTEM_USER = "embedded_postgres"
 
@@ -150,16 +151,15 @@ class PrivateCluster:
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        def accepts_connections() -> bool:
             try:
                 with psycopg.connect(self.url(), connect_timeout=2) as conn:
                     conn.execute("SELECT 1")
-                return
             except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+            return True
+
+        wait_for(accepts_connections, timeout, "the private cluster to accept connections", 0.05)
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
