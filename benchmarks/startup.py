@@ -5,6 +5,7 @@ the database's own timestamps (no polling interval in the figure).
     python -m benchmarks.startup --spawns 25
     python -m benchmarks.startup --checkout /tmp/acta-old --checkout .   # before/after
 
+Each checkout is byte-compiled first (``benchmarks.bytecode``), as an installed package is.
 Each spawn: one no-op job is enqueued (``benchmarks.app``), the wall clock is read, ``acta
 worker --app benchmarks.app:acta`` is started (the ``acta`` script of this interpreter's
 environment, run from the checkout given, so a second checkout's code is measured with the
@@ -42,6 +43,7 @@ if __package__ in (None, ""):  # run as a file: python benchmarks/startup.py
 
 import asyncpg
 
+from benchmarks.bytecode import byte_compile
 from benchmarks.run import DEFAULT_DSN
 from benchmarks.scratch import scratch_database
 
@@ -137,8 +139,9 @@ async def spawner(dsn: str) -> AsyncIterator[Spawn]:
 async def medians(dsn: str, spawns: int, checkout: Path) -> dict[str, float]:
     """``benchmarks.run``'s start-up workload: one warm-up spawn, then ``spawns`` spawns;
     the medians in milliseconds."""
+    byte_compile(checkout)
     async with spawner(dsn) as spawn:
-        await spawn(checkout)  # warm the page cache and pyc files
+        await spawn(checkout)  # warm the page cache
         got = [await spawn(checkout) for _ in range(spawns)]
     return {
         "claim_ms": statistics.median(c for c, _ in got) * 1000,
@@ -147,11 +150,13 @@ async def medians(dsn: str, spawns: int, checkout: Path) -> dict[str, float]:
 
 
 async def main_async(dsn: str, spawns: int, checkouts: list[Path]) -> None:
+    for checkout in checkouts:
+        byte_compile(checkout)
     async with spawner(dsn) as spawn:
         figures: dict[Path, dict[str, list[float]]] = {
             c: {"claim": [], "done": [], "import": []} for c in checkouts
         }
-        await spawn(checkouts[0])  # warm the page cache and pyc files
+        await spawn(checkouts[0])  # warm the page cache
         for i in range(spawns):
             for c in checkouts:
                 claim, done = await spawn(c)
