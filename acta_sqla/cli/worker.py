@@ -24,7 +24,8 @@ def worker(
         typer.Option(help="Executor loops (default: ACTA_EXECUTORS, or 4 per core in 8..64)."),
     ] = None,
     namespace: Annotated[
-        str | None, typer.Option(help="Namespace to serve (default: the app's).")
+        str | None,
+        typer.Option(help="Namespace to serve: the app's (the default); another is refused."),
     ] = None,
     grace: Annotated[
         float, typer.Option(help="Seconds running handlers get to finish at shutdown.")

@@ -79,8 +79,9 @@ class Worker:
         self.settings = settings or load_settings(namespace=acta.namespace)
         if self.settings.namespace != acta.namespace:
             raise ConfigurationError(
-                f"the worker serves namespace {self.settings.namespace!r} but the app's Acta "
-                f"is for {acta.namespace!r}; set ACTA_NAMESPACE={acta.namespace} (or --namespace)"
+                f"the worker was given namespace {self.settings.namespace!r} but the app's Acta "
+                f"is for {acta.namespace!r}: a worker serves its app's namespace "
+                f"(Acta(namespace=...)); leave --namespace out or give {acta.namespace!r}"
             )
         self.namespace = acta.namespace
         self.grace = grace

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from acta_sqla import Acta
+from acta_sqla.errors import ConfigurationError
 from acta_sqla.settings import load_settings
 from acta_sqla.worker import Worker
 
@@ -35,6 +38,17 @@ async def test_a_stage_ending_during_shutdown_is_not_a_crash() -> None:
     await task
     await asyncio.sleep(0)
     assert not worker.crashed
+
+
+def test_a_worker_given_another_namespace_than_its_apps_says_which_to_give() -> None:
+    settings = load_settings(database_url="postgresql://x@127.0.0.1:1/none", namespace="billing")
+    with pytest.raises(ConfigurationError) as caught:
+        Worker(Acta("default"), settings)
+    assert str(caught.value) == (
+        "the worker was given namespace 'billing' but the app's Acta is for 'default': a "
+        "worker serves its app's namespace (Acta(namespace=...)); leave --namespace out or "
+        "give 'default'"
+    )
 
 
 class _Stage:
