@@ -3,8 +3,10 @@
 A shell that sets ``PYTHONDONTWRITEBYTECODE`` (this machine's does) never writes the
 ``__pycache__`` of an editable checkout, so every worker start compiled acta's modules from
 source (about 0.6 s instead of 0.2 s here) while PgQueuer and graphile-worker ran from
-installed packages. ``benchmarks.systems`` compiles in its setup for ``benchmarks.run``;
-``benchmarks.startup`` and the shared harness's acta driver call this."""
+installed packages. ``benchmarks.startup`` and the shared harness's acta driver call
+:func:`byte_compile`; ``benchmarks.systems`` compiles the same ``PACKAGES`` with the
+stdlib's ``python -m compileall`` in its setup for ``benchmarks.run`` (any tree, a
+baseline's too)."""
 
 from __future__ import annotations
 

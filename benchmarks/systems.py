@@ -18,6 +18,8 @@ from pathlib import Path
 
 import asyncpg
 
+from benchmarks.bytecode import PACKAGES
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DRIVERS = HERE / "drivers"
@@ -183,12 +185,14 @@ class Acta(System):
         # Byte-compile the package as pip does on install: PgQueuer runs from a pip-installed
         # venv, while acta may run from an editable checkout in a shell that sets
         # PYTHONDONTWRITEBYTECODE, and would then compile its modules at every worker start.
+        # The stdlib's command line, run by this system's interpreter on its own tree (a
+        # baseline's tree may predate benchmarks.bytecode); the packages are that module's.
         compile_cmd = [
             self.python,
-            "-c",
-            "import compileall, pathlib, acta_sqla, benchmarks; "
-            "[compileall.compile_dir(pathlib.Path(m.__file__).parent, quiet=1) "
-            "for m in (acta_sqla, benchmarks)]",
+            "-m",
+            "compileall",
+            "-q",
+            *(str(self.tree / package) for package in PACKAGES),
         ]
         # Whatever runs must be this system's tree: a baseline that silently imported this
         # checkout would make every comparison read 1.00x.
