@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 
 from . import payload
 from .errors import ConfigurationError, InvalidJob, InvalidJobArgs
-from .policy import JOB_OPTIONS, Policy, check_templates, job_options, render_key
+from .policy import JOB_OPTIONS, Policy, check_templates, job_option, job_options, render_key
 from .settings import MAX_ARGS_BYTES
 from .tracing import current_context
 
@@ -179,13 +179,26 @@ class Handler(Generic[P, R]):
             self.kind, {k: kwargs.pop(k) for k in list(kwargs) if k in JOB_OPTIONS}
         )
         args = self._validated(kwargs)  # Job() runs payload's checks on them
-        policy = self.policy
         fields: dict[str, Any] = {"namespace": self.acta.namespace}
-        fields["priority"] = options.get("priority", policy.priority)
+        fields["priority"] = options.get("priority", self.policy.priority)
         if options.get("max_attempts") is not None:
             fields["max_attempts"] = options["max_attempts"]
+        fields.update(self._keys(args, options))
+        if "run_at" in options:
+            fields["run_at"] = options["run_at"]
+        return Job(kind=self.kind, args=args, delay=options.get("delay"), **fields)
+
+    def _keys(
+        self, args: dict[str, Any], options: Mapping[str, Any], unique: bool = True
+    ) -> dict[str, str]:
+        """The key columns of a job of ``args``: each key given in ``options``, else the
+        kind's template rendered from the args; the rate key (the kind when no template)
+        only if the kind has a rate. A column with neither is left out (NULL).
+        ``unique=False``: no unique key (a schedule's fire)."""
+        policy = self.policy
+        keys: dict[str, str] = {}
         for column, option, template in (
-            ("unique_key", "unique_key", policy.unique_key),
+            ("unique_key", "unique_key", policy.unique_key if unique else None),
             ("lane_key", "lane", policy.lane),
             ("concurrency_key", "concurrency_key", policy.concurrency_key),
         ):
@@ -193,14 +206,23 @@ class Handler(Generic[P, R]):
             if value is None:
                 value = render_key(template, args, option, self.kind)
             if value is not None:  # an unset column is NULL all the same, unvalidated
-                fields[column] = value
+                keys[column] = value
         if policy.rate is not None:
-            fields["rate_key"] = (
-                render_key(policy.rate_key, args, "rate_key", self.kind) or self.kind
-            )
-        if "run_at" in options:
-            fields["run_at"] = options["run_at"]
-        return Job(kind=self.kind, args=args, delay=options.get("delay"), **fields)
+            keys["rate_key"] = render_key(policy.rate_key, args, "rate_key", self.kind) or self.kind
+        return keys
+
+    def fire_fields(self, args: dict[str, Any]) -> dict[str, Any]:
+        """What a schedule's fire of ``args`` (validated) takes from this kind, as
+        ``self.job(**args)`` would give it: the priority and the lane, concurrency and rate
+        keys, checked by the same rules (``InvalidJob`` if a template cannot be rendered
+        from the args or renders a bad key). Not the ``unique_key``: a fire's uniqueness is
+        its tick (docs/schedules.md)."""
+        from .models import Job
+
+        keys = self._keys(args, {}, unique=False)
+        for column, value in keys.items():
+            job_option(self.kind, column, value, check=Job._COLUMN_RULES.get(column))
+        return {"priority": self.policy.priority, **keys}
 
     def jobs(self, args: Iterable[Mapping[str, Any]], **options: Any) -> JobBatch:
         """Many jobs of this kind, validated in one pass, for ``acta.enqueue_many``: the fast

@@ -425,6 +425,12 @@ class Schedule(Base):
     missed: Mapped[str] = mapped_column(Text, server_default="latest")
     """What to do with ticks missed while no worker ran: 'latest' (fire once), 'skip'."""
     enabled: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    # What handler.job(**args) would give a job of the schedule's args, copied into every
+    # fire (migration 0011): the kind's priority, its key templates rendered from the args.
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default="0")
+    concurrency_key: Mapped[str | None] = mapped_column(Text)
+    rate_key: Mapped[str | None] = mapped_column(Text)
+    lane_key: Mapped[str | None] = mapped_column(Text)
     next_fire_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -29,7 +29,7 @@ fire was held up by its worker's crash until recovery): ``latest`` (the default)
 once for the latest missed tick, at once, then keeps its cadence; ``skip`` fires next at
 the first tick still to come; ``all`` fires every missed tick, oldest first, one after
 the other (each fire's completion enqueues the next), up to ``MAX_CATCH_UP`` ticks behind
-(further behind, it catches up from the latest). Never two fires at once."""
+(further behind, it catches up from the latest). Catch-up never enqueues two fires at once."""
 
 MAX_CATCH_UP = 100
 """``missed="all"``: the most ticks a schedule catches up one by one."""
@@ -62,16 +62,40 @@ class Schedule:
     timezone: str = "UTC"
     args: dict[str, Any] = field(default_factory=dict)
     missed: str = "latest"
+    priority: int = 0
+    """The kind's priority: every fire has it (migration 0011)."""
+    concurrency_key: str | None = None
+    """The kind's templates rendered from ``args`` (None: the kind declares none): every
+    fire carries these keys, as ``handler.job(**args)`` would."""
+    rate_key: str | None = None
+    lane_key: str | None = None
 
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
+    def _hourly(self) -> bool:
+        """The hour field is a wildcard (``*``, ``*/2``): the schedule runs at wall-clock
+        times of every hour (or every n-th), so the hour a fall-back repeats is fired in
+        both passes, as cron does; a fixed hour (``30 2 * * *``, ``0 1-3 * * *``) fires its
+        time once, in the first pass."""
+        fields_ = self.cron.split()
+        return fields_[2 if len(fields_) == 6 else 1].startswith("*")
+
+    def _repeat(self, tick: datetime) -> bool:
+        """``tick`` (local) is the second pass of a wall-clock time a fall-back repeats,
+        and this schedule fires such a time once."""
+        first = tick.replace(tzinfo=None).replace(tzinfo=tick.tzinfo, fold=0)
+        return first.utcoffset() != tick.utcoffset() and not self._hourly()
+
     def next_after(self, moment: datetime) -> datetime:
         """The first tick strictly after ``moment``, in UTC (computed in the schedule's
-        timezone, so a daily 09:00 stays 09:00 local across DST changes)."""
+        timezone, so a daily 09:00 stays 09:00 local across DST changes; a fixed-hour tick
+        in the hour a fall-back repeats fires once, see :meth:`_hourly`)."""
         local = moment.astimezone(self.zone())
         it = _croniter()(croniter_expression(self.cron), local)
         tick: datetime = it.get_next(datetime)
+        while self._repeat(tick):
+            tick = it.get_next(datetime)
         return tick.astimezone(UTC)
 
     def latest_at_or_before(self, moment: datetime) -> datetime:
@@ -79,6 +103,8 @@ class Schedule:
         local = moment.astimezone(self.zone())
         it = _croniter()(croniter_expression(self.cron), local)
         tick: datetime = it.get_prev(datetime)
+        while self._repeat(tick):
+            tick = it.get_prev(datetime)
         following = self.next_after(tick)
         return following if following <= moment else tick.astimezone(UTC)
 
@@ -113,6 +139,10 @@ class Schedule:
             "kind": self.kind,
             "args": json.dumps(self.args, separators=(",", ":"), sort_keys=True),
             "missed": self.missed,
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "rate_key": self.rate_key,
+            "lane_key": self.lane_key,
         }
 
 
@@ -158,9 +188,10 @@ def declare(
         )
     try:
         validated = handler.validate_args(dict(args or {}))
+        fire = handler.fire_fields(validated)
     except InvalidJob as exc:
         raise ConfigurationError(f"{where}: args: {exc}") from None
-    return Schedule(name, " ".join(cron.split()), handler.kind, timezone, validated, missed)
+    return Schedule(name, " ".join(cron.split()), handler.kind, timezone, validated, missed, **fire)
 
 
 def successor_feature(

@@ -17,6 +17,7 @@ import asyncpg
 from .database import asyncpg_dsn
 from .errors import ConfigurationError, StatementRefused, StoreUnavailable
 from .queries import complete
+from .queries.schedules import FIRE
 from .queries.worker import WorkerSQL
 from .schedules import Schedule
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings
@@ -503,7 +504,7 @@ class WorkerStore:
     async def store_schedules(self, schedules: Sequence[Schedule]) -> list[str]:
         """Store the code's schedules; the names of the namespace's schedules it dropped."""
         rows = [s.row() for s in schedules]
-        columns = ("name", "cron", "timezone", "kind", "args", "missed")
+        columns = ("name", "cron", "timezone", "kind", "args", "missed", *FIRE)
         found = await self.admin_conn.fetch(
             self.sql.store_schedules, self.namespace, *([r[c] for r in rows] for c in columns)
         )

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from ..values import CORE_FIELDS, Completion
 from ._render import TERMINAL, quote
+from .schedules import FIRE_COLUMNS, FIRE_VALUES
 
 # ------------------------------------------------------------------------------ input
 
@@ -221,12 +222,14 @@ def next_fire(schema: str) -> str:
     Guard: only for a fire the fenced finish applied, only while the schedule is stored and
     enabled, and only by the fire's FIRST completion (no fire of the schedule after this
     one's tick exists yet: a retried fire's later completions enqueue nothing); the tick's
-    unique key (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10)."""
+    unique key (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10).
+    The fire takes the schedule's stored priority and keys (``schedules.FIRE``)."""
     s = quote(schema)
     return f"""
-            INSERT INTO {s}.job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+            INSERT INTO {s}.job (namespace, kind, args, run_at, schedule_name, scheduled_at,
+                                 {FIRE_COLUMNS})
             SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
-                   sc.name, (f.features->'next'->>'tick')::timestamptz
+                   sc.name, (f.features->'next'->>'tick')::timestamptz, {FIRE_VALUES}
             FROM f
             JOIN done AS d ON d.id = f.job_id
             JOIN {s}.schedule AS sc

@@ -16,10 +16,17 @@ LOCK = (
 """A schedule's transaction lock: taken by every writer that may enqueue a fire without a
 fire of its own to fence it (start-up, recovery, ``acta schedules resume``)."""
 
+FIRE = ("priority", "concurrency_key", "rate_key", "lane_key")
+"""What every statement that writes a fire copies from the schedule row (``sc``): what
+``handler.job(**args)`` would give a job of the schedule's args (migration 0011)."""
+FIRE_COLUMNS = ", ".join(FIRE)
+FIRE_VALUES = ", ".join(f"sc.{c}" for c in FIRE)
+
 
 def store_schedules(schema: str) -> str:
     """Store namespace $1's schedules as the code declares them ($2.. parallel arrays:
-    name, cron, timezone, kind, args, missed), and drop the namespace's schedules the code
+    name, cron, timezone, kind, args, missed, and what each fire takes from the kind:
+    priority, concurrency key, rate key, lane key), and drop the namespace's schedules the code
     no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
     paused schedule stays paused. Answers the names dropped. Touches only
     ``acta.schedule``: a lock on ``acta.job`` must hold up a worker's first claim, not its
@@ -28,17 +35,26 @@ def store_schedules(schema: str) -> str:
     return f"""
         WITH d AS (
             SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                 $7::text[]) AS d(name, cron, timezone, kind, args, missed)
+                                 $7::text[], $8::int[], $9::text[], $10::text[], $11::text[])
+                AS d(name, cron, timezone, kind, args, missed, priority, concurrency_key,
+                     rate_key, lane_key)
         ),
         up AS (
-            INSERT INTO {s}.schedule AS sc (namespace, name, cron, timezone, kind, args, missed)
-            SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed FROM d
+            INSERT INTO {s}.schedule AS sc (namespace, name, cron, timezone, kind, args, missed,
+                                            priority, concurrency_key, rate_key, lane_key)
+            SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed,
+                   d.priority, d.concurrency_key, d.rate_key, d.lane_key
+            FROM d
             ON CONFLICT (namespace, name) DO UPDATE
                 SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
-                    args = excluded.args, missed = excluded.missed
-                WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed) IS DISTINCT FROM
+                    args = excluded.args, missed = excluded.missed,
+                    priority = excluded.priority, concurrency_key = excluded.concurrency_key,
+                    rate_key = excluded.rate_key, lane_key = excluded.lane_key
+                WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority,
+                       sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
                       (excluded.cron, excluded.timezone, excluded.kind, excluded.args,
-                       excluded.missed)
+                       excluded.missed, excluded.priority, excluded.concurrency_key,
+                       excluded.rate_key, excluded.lane_key)
             RETURNING 1
         ),
         gone AS (
@@ -89,11 +105,13 @@ def enqueue_fires(schema: str) -> str:
     :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled,
     and it has no pending fire and no fire at or after that tick (a fire's completion may
     have enqueued its successor meanwhile); the tick's unique key makes a second insert of
-    one tick a no-op. Answers the fires enqueued (name, tick)."""
+    one tick a no-op. A fire takes the schedule's stored priority and keys (:data:`FIRE`).
+    Answers the fires enqueued (name, tick)."""
     s = quote(schema)
     return f"""
-        INSERT INTO {s}.job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at)
-        SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick
+        INSERT INTO {s}.job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
+                                  {FIRE_COLUMNS})
+        SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick, {FIRE_VALUES}
         FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
         JOIN {s}.schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
         WHERE NOT EXISTS (
@@ -173,7 +191,7 @@ def run_schedule_now(schema: str) -> str:
     disturbed. Answers the new job's id."""
     s = quote(schema)
     return f"""
-        INSERT INTO {s}.job (namespace, kind, args, scheduled_at)
-        SELECT sc.namespace, sc.kind, sc.args, now() FROM {s}.schedule AS sc
+        INSERT INTO {s}.job (namespace, kind, args, scheduled_at, {FIRE_COLUMNS})
+        SELECT sc.namespace, sc.kind, sc.args, now(), {FIRE_VALUES} FROM {s}.schedule AS sc
         WHERE sc.namespace = $1 AND sc.name = $2
         RETURNING id"""

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from acta_sqla import Acta, Context
+from acta_sqla import Acta, Context, schedules
 from acta_sqla.policy import Policy
+from acta_sqla.queries import schedules as q
 from acta_sqla.schedules import successor_feature
 from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
@@ -136,3 +137,84 @@ async def test_two_workers_starting_at_once_enqueue_one_fire(
     finally:
         for s in stores:
             await s.close()
+
+
+KEYED = Acta(namespace="keyed")
+
+
+@KEYED.job(
+    priority=-3,
+    lane="lane:{region}",
+    concurrency_key="region:{region}",
+    concurrency_limit=2,
+    rate="50/s",
+    rate_key="rate:{region}",
+    unique_key="u:{region}",
+)
+async def keyed_report(ctx: Context, region: str) -> None: ...
+
+
+KEYED_SCHEDULE = KEYED.schedule("reports", "* * * * *", keyed_report, args={"region": "eu"})
+FIRE_FIELDS = "priority, lane_key, concurrency_key, rate_key, unique_key"
+AS_HANDLER_JOB = (-3, "lane:eu", "region:eu", "rate:eu", None)
+"""What ``keyed_report.job(region="eu")`` gives a job, less the unique key (a fire's
+uniqueness is its tick)."""
+
+
+async def test_every_fire_takes_the_kinds_priority_and_keys(
+    db: str, conn: asyncpg.Connection
+) -> None:
+    made = keyed_report.job(region="eu")
+    assert (made.priority, made.lane_key, made.concurrency_key, made.rate_key) == (
+        AS_HANDLER_JOB[:4]
+    )
+    store = await new_store(db, "keyed")
+    try:
+        await store.store_schedules([KEYED_SCHEDULE])
+        # The worker's start-up (and every recovery pass): the first fire.
+        await store.ensure_fires({"reports": KEYED_SCHEDULE})
+        rows = await conn.fetch(f"SELECT {FIRE_FIELDS} FROM acta.job")
+        assert [tuple(r) for r in rows] == [AS_HANDLER_JOB]
+        # The fire's completion: its successor.
+        await conn.execute("UPDATE acta.job SET run_at = now()")
+        [fire] = await store.claim_jobs(10)
+        assert (fire.priority, fire.lane_key, fire.concurrency_key, fire.rate_key) == (
+            AS_HANDLER_JOB[:4]
+        )
+        feature = successor_feature(KEYED_SCHEDULE, "keyed", fire.scheduled_at, datetime.now(UTC))
+        done = completions.succeeded(fire, None, 0.1)._replace(features={"next": feature})
+        await store.complete_executions([done])
+        rows = await conn.fetch(f"SELECT {FIRE_FIELDS}, status FROM acta.job ORDER BY id")
+        assert [tuple(r) for r in rows] == [
+            (*AS_HANDLER_JOB, "succeeded"),
+            (*AS_HANDLER_JOB, "ready"),
+        ]
+    finally:
+        await store.close()
+    # The operator's side, without the code: `acta schedules run` and `resume`.
+    schema = "acta"
+    [(extra,)] = await conn.fetch(q.run_schedule_now(schema), "keyed", "reports")
+    row = await conn.fetchrow(f"SELECT {FIRE_FIELDS} FROM acta.job WHERE id = $1", extra)
+    assert tuple(row) == AS_HANDLER_JOB
+    await conn.execute("DELETE FROM acta.job")
+    await conn.execute("UPDATE acta.schedule SET enabled = false")
+    tick = await schedules.resume(conn, schema, "keyed", "reports")
+    rows = await conn.fetch(f"SELECT {FIRE_FIELDS}, scheduled_at FROM acta.job")
+    assert [tuple(r) for r in rows] == [(*AS_HANDLER_JOB, tick)]
+
+
+async def test_a_changed_kind_changes_the_stored_fire_fields(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await store.store_schedules([MINUTELY])
+    stored = "SELECT priority, lane_key, concurrency_key, rate_key FROM acta.schedule"
+    assert tuple(await conn.fetchrow(stored)) == (0, None, None, None)
+    # The next deploy declares the kind with a priority and a key: the worker stores them.
+    changed = Acta()
+
+    @changed.job(kind="tick", priority=5, concurrency_key="label:{label}")
+    async def tick_v2(ctx: Context, label: str = "x") -> None: ...
+
+    again = changed.schedule("minutely", "* * * * *", tick_v2, args={"label": "m"})
+    assert await store.store_schedules([again]) == []
+    assert tuple(await conn.fetchrow(stored)) == (5, None, "label:m", None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.app_schedules import FIRE_FIELDS
 from tests.harness import Sql, Workers, run_acta
 from tests.waiting import wait_for
 
@@ -67,6 +68,10 @@ def test_pause_resume_and_run_a_schedule_from_the_cli(
         timeout=30,
         what="fires again",
     )
+    # Every fire, whoever wrote it (start-up, a completion, `run`, `resume`), has the
+    # kind's priority and its concurrency key rendered from the schedule's args.
+    fields = sql("SELECT DISTINCT priority, concurrency_key FROM acta.job")
+    assert [tuple(r) for r in fields] == [FIRE_FIELDS]
 
 
 def test_schedule_cli_mistakes_are_one_line_errors(db: str, sql: Sql, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.app_schedules import FIRE_FIELDS
 from tests.harness import Sql, Workers, read_runs
 from tests.waiting import wait_for
 
@@ -92,3 +93,6 @@ def test_three_workers_fire_each_tick_once_through_a_sigkill(
     starts = [first_start[t] for t in done if t in first_start]
     assert starts == sorted(starts)
     assert any(r.event == "start" for r in read_runs(runs_log) if r.pid != victim.pid)
+    # Through the kill and recovery, every fire has the kind's priority and its key.
+    fields = sql("SELECT DISTINCT priority, concurrency_key FROM acta.job")
+    assert [tuple(r) for r in fields] == [FIRE_FIELDS]

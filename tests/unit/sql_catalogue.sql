@@ -318,9 +318,10 @@ spawn AS (
         WITH ORDINALITY AS x(v, ord)
     ORDER BY d.id, x.ord),
 next_fire AS (
-    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at,
+                         priority, concurrency_key, rate_key, lane_key)
     SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
-           sc.name, (f.features->'next'->>'tick')::timestamptz
+           sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
     JOIN "acta".schedule AS sc
@@ -425,10 +426,12 @@ SELECT id, status FROM done;
 --   for a fire the fenced finish applied, only while the schedule is stored and enabled, and only
 --   by the fire's FIRST completion (no fire of the schedule after this one's tick exists yet: a
 --   retried fire's later completions enqueue nothing); the tick's unique key
---   (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10).
-INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+--   (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10). The fire takes the
+--   schedule's stored priority and keys (``schedules.FIRE``).
+INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at,
+                     priority, concurrency_key, rate_key, lane_key)
 SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
-       sc.name, (f.features->'next'->>'tick')::timestamptz
+       sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM f
 JOIN done AS d ON d.id = f.job_id
 JOIN "acta".schedule AS sc
@@ -673,9 +676,10 @@ spawn AS (
         WITH ORDINALITY AS x(v, ord)
     ORDER BY d.id, x.ord),
 next_fire AS (
-    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at)
+    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at,
+                         priority, concurrency_key, rate_key, lane_key)
     SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
-           sc.name, (f.features->'next'->>'tick')::timestamptz
+           sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
     JOIN "acta".schedule AS sc
@@ -1019,10 +1023,12 @@ WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND j.status = 're
 -- schedules.enqueue_fires: Enqueue fire $3[i] (a tick) of schedule $2[i] of namespace $1, under the
 --   locks :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled, and
 --   it has no pending fire and no fire at or after that tick (a fire's completion may have enqueued
---   its successor meanwhile); the tick's unique key makes a second insert of one tick a no-op.
---   Answers the fires enqueued (name, tick).
-INSERT INTO "acta".job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at)
-SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick
+--   its successor meanwhile); the tick's unique key makes a second insert of one tick a no-op. A
+--   fire takes the schedule's stored priority and keys (:data:`FIRE`). Answers the fires enqueued
+--   (name, tick).
+INSERT INTO "acta".job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
+                          priority, concurrency_key, rate_key, lane_key)
+SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
 JOIN "acta".schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
 WHERE NOT EXISTS (
@@ -1078,8 +1084,8 @@ RETURNING name;
 -- schedules.run_schedule_now: ``acta schedules run``: one extra fire of schedule $2 of namespace
 --   $1, due now, its ``scheduled_at`` now. Not part of the chain (no ``schedule_name``): the
 --   cadence is not disturbed. Answers the new job's id.
-INSERT INTO "acta".job (namespace, kind, args, scheduled_at)
-SELECT sc.namespace, sc.kind, sc.args, now() FROM "acta".schedule AS sc
+INSERT INTO "acta".job (namespace, kind, args, scheduled_at, priority, concurrency_key, rate_key, lane_key)
+SELECT sc.namespace, sc.kind, sc.args, now(), sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key FROM "acta".schedule AS sc
 WHERE sc.namespace = $1 AND sc.name = $2
 RETURNING id;
 
@@ -1091,23 +1097,33 @@ SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args, sc.missed,
 FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 
 -- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
---   parallel arrays: name, cron, timezone, kind, args, missed), and drop the namespace's schedules
---   the code no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
+--   parallel arrays: name, cron, timezone, kind, args, missed, and what each fire takes from the
+--   kind: priority, concurrency key, rate key, lane key), and drop the namespace's schedules the
+--   code no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
 --   paused schedule stays paused. Answers the names dropped. Touches only ``acta.schedule``: a lock
 --   on ``acta.job`` must hold up a worker's first claim, not its start-up.
 WITH d AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                         $7::text[]) AS d(name, cron, timezone, kind, args, missed)
+                         $7::text[], $8::int[], $9::text[], $10::text[], $11::text[])
+        AS d(name, cron, timezone, kind, args, missed, priority, concurrency_key,
+             rate_key, lane_key)
 ),
 up AS (
-    INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed)
-    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed FROM d
+    INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed,
+                                    priority, concurrency_key, rate_key, lane_key)
+    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed,
+           d.priority, d.concurrency_key, d.rate_key, d.lane_key
+    FROM d
     ON CONFLICT (namespace, name) DO UPDATE
         SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
-            args = excluded.args, missed = excluded.missed
-        WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed) IS DISTINCT FROM
+            args = excluded.args, missed = excluded.missed,
+            priority = excluded.priority, concurrency_key = excluded.concurrency_key,
+            rate_key = excluded.rate_key, lane_key = excluded.lane_key
+        WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority,
+               sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
               (excluded.cron, excluded.timezone, excluded.kind, excluded.args,
-               excluded.missed)
+               excluded.missed, excluded.priority, excluded.concurrency_key,
+               excluded.rate_key, excluded.lane_key)
     RETURNING 1
 ),
 gone AS (
@@ -1568,6 +1584,10 @@ CREATE TABLE acta.schedule (
 	args JSONB DEFAULT '{}' NOT NULL,
 	missed TEXT DEFAULT 'latest' NOT NULL,
 	enabled BOOLEAN DEFAULT 'true' NOT NULL,
+	priority SMALLINT DEFAULT '0' NOT NULL,
+	concurrency_key TEXT,
+	rate_key TEXT,
+	lane_key TEXT,
 	next_fire_at TIMESTAMP WITH TIME ZONE,
 	last_fired_at TIMESTAMP WITH TIME ZONE,
 	created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,

@@ -52,6 +52,36 @@ def test_a_tick_in_the_skipped_hour_fires_once_that_day() -> None:
     assert second.astimezone(BERLIN).strftime("%H:%M") == "02:30"
 
 
+def test_a_fixed_hour_in_the_repeated_hour_fires_once_a_wildcard_hour_in_both() -> None:
+    local = Acta(namespace="dst3")
+    handler = local.job(kind="r")(report.fn)
+    # 2026-10-25 in Berlin: 02:00-03:00 local happens twice (CEST, then CET).
+    start = at(2026, 10, 24, 23, 50)
+
+    def ticks(cron: str, n: int) -> list[datetime]:
+        s = local.schedule(cron, cron, handler, timezone="Europe/Berlin")
+        out = [s.next_after(start)]
+        while len(out) < n:
+            out.append(s.next_after(out[-1]))
+        return out
+
+    # A fixed hour: 02:30 CEST (00:30 UTC) only, then 02:30 CET the next day; the same with
+    # a seconds field, a list of minutes or a range of hours.
+    assert ticks("30 2 * * *", 2) == [at(2026, 10, 25, 0, 30), at(2026, 10, 26, 1, 30)]
+    assert ticks("0 30 2 * * *", 2) == [at(2026, 10, 25, 0, 30), at(2026, 10, 26, 1, 30)]
+    assert ticks("15,45 2 * * *", 3)[2] == at(2026, 10, 26, 1, 15)
+    assert ticks("30 1-3 * * *", 2) == [at(2026, 10, 25, 0, 30), at(2026, 10, 25, 2, 30)]
+    # A wildcard hour runs by the hour: in both passes, as cron does.
+    assert ticks("30 * * * *", 3) == [at(2026, 10, 25, h, 30) for h in (0, 1, 2)]
+    assert at(2026, 10, 25, 1, 20) in ticks("*/20 * * * *", 6)
+    # The latest tick before a moment in the second pass is the first pass's.
+    daily = local.schedules["30 2 * * *"]
+    assert daily.latest_at_or_before(at(2026, 10, 25, 1, 50)) == at(2026, 10, 25, 0, 30)
+    assert daily.successor(at(2026, 10, 25, 0, 30), at(2026, 10, 25, 1, 50)) == at(
+        2026, 10, 26, 1, 30
+    )
+
+
 def test_six_fields_lead_with_seconds() -> None:
     local = Acta(namespace="secs")
     handler = local.job(kind="r")(report.fn)
@@ -114,3 +144,20 @@ def test_a_schedule_is_declared_once_and_on_its_own_acta() -> None:
         local.schedule("s", "* * * * *", handler)
     with pytest.raises(ConfigurationError, match="must be registered on this Acta"):
         Acta(namespace="other").schedule("s", "* * * * *", handler)
+
+
+def test_a_fire_takes_the_kinds_priority_and_keys_checked_at_declaration() -> None:
+    local = Acta(namespace="keys")
+    handler = local.job(kind="r", priority=4, lane="l:{region}", unique_key="u:{region}")(report.fn)
+    s = local.schedule("eu", "* * * * *", handler, args={"region": "eu"})
+    # As handler.job(region="eu") would give them; not the unique key (the tick is).
+    assert (s.priority, s.lane_key, s.concurrency_key, s.rate_key) == (4, "l:eu", None, None)
+    assert "unique_key" not in s.row()
+    # The template reads the args as given: a default left out renders nothing.
+    with pytest.raises(ConfigurationError, match=r"schedule 'x': args: r: the lane template"):
+        local.schedule("x", "* * * * *", handler)
+    with pytest.raises(ConfigurationError, match=r"schedule 'y': args: r2: lane_key='' must be"):
+        local.schedule(
+            "y", "* * * * *", local.job(kind="r2", lane="{region}")(report.fn), args={"region": ""}
+        )
+    assert "x" not in local.schedules and "y" not in local.schedules
