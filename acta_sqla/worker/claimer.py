@@ -77,9 +77,11 @@ class Claimer:
         self.stopping = False
         self.idle = asyncio.Event()
         self.idle_since = 0.0
-        """When the last claim that found nothing started (the clock's time): burst mode
-        stops only once such a claim started after the last completion was written, as a
-        completion can make rows due (a parent its last child wakes, a lane's next job)."""
+        """When the last claim that found nothing, suspects included, started (the clock's
+        time; the plain claim cannot see suspects, so only a probing one counts): burst
+        mode stops only once such a claim started after the last completion was written,
+        as a completion can make rows due (a parent its last child wakes, a lane's next
+        job), and a suspect may have become due meanwhile (``wake(probe=True)``)."""
         """Set while the last claim found nothing (burst mode and tests wait on it)."""
         self.claims = 0
         self.claimed_rows = 0
@@ -98,8 +100,11 @@ class Claimer:
         self.suspect_probe_every = SUSPECT_PROBE_SECONDS
         self._next_probe = float("-inf")
 
-    def wake(self) -> None:
-        """End an idle sleep now (a NOTIFY arrived, or this process made a row due)."""
+    def wake(self, probe: bool = False) -> None:
+        """End an idle sleep now (a NOTIFY arrived, or this process made a row due);
+        ``probe``: the next claim also asks for a due suspect (burst mode's last look)."""
+        if probe:
+            self._next_probe = float("-inf")
         self.wake_event.set()
 
     def wake_after(self, seconds: float) -> None:
@@ -181,7 +186,8 @@ class Claimer:
         if not jobs:
             if self._suspect_due:
                 return 0  # held back for a suspect: not idle, drain (next run_once)
-            self.idle_since = started
+            if probe:
+                self.idle_since = started
             if not self.idle.is_set():
                 self.idle.set()
                 if self._on_idle is not None:

@@ -149,6 +149,8 @@ class Lifeline:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._woken: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        """The thread's loop and the event that ends its wait between looks (``stop``)."""
         self._timer: Timer | None = None
         self.stale_store = False
         """Set when the worker registered again: the next renewal uses a fresh store (one
@@ -176,6 +178,11 @@ class Lifeline:
             self._timer.cancel()
             self._timer = None
         self._stopping.set()
+        woken, self._woken = self._woken, None
+        if woken is not None:
+            # End the thread's wait for its next look now, not up to a tick later.
+            with contextlib.suppress(RuntimeError):  # its loop has ended already
+                woken[0].call_soon_threadsafe(woken[1].set)
         thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.to_thread(thread.join, JOIN_SECONDS)
@@ -246,9 +253,14 @@ class Lifeline:
         asyncio.run(self._run())
 
     async def _run(self) -> None:
+        woken = asyncio.Event()
+        self._woken = (asyncio.get_running_loop(), woken)
         try:
             while not self._stopping.is_set():
-                await asyncio.sleep(self.tick)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), self.tick)
+                if self._stopping.is_set():
+                    break
                 try:
                     await self.step()
                 except Exception:  # the lifeline must never die of one bad look

@@ -331,8 +331,9 @@ class Worker:
                 if self.claimer.idle_since >= self.finalizer.written_at:
                     return
                 # The last completion may have made rows due (a parent, a lane's next
-                # job): one more claim before calling it done.
-                self.claimer.wake()
+                # job), and a suspect may have become due: one more claim, a probing one,
+                # before calling it done.
+                self.claimer.wake(probe=True)
             await self.clock.wait(self._stop_requested, 0.01)
 
     async def shutdown(self) -> None:

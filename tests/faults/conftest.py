@@ -16,9 +16,9 @@ the oracle (status-log trigger + run log), and a private PostgreSQL cluster to r
   restart tests may restart; ``private_db`` a fresh database on it, migrated, with the
   oracle installed. The machine's shared server is never stopped or restarted.
 
-The checker of invariants I1-I6 is :func:`tests.faults.oracle.check`. Waits poll the
-database or the run log with deadlines (``wait_for``). The default run takes about 70 s
-on two cores; ``pytest -m soak tests/faults`` adds a long random-fault soak.
+The checker of invariants I1-I5, I10, I11 and I17 is :func:`tests.faults.oracle.check`.
+Waits poll the database or the run log with deadlines (``wait_for``). The default run takes
+about 70 s on two cores; ``pytest -m soak tests/faults`` adds a long random-fault soak.
 """
 
 from __future__ import annotations

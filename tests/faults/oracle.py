@@ -1,4 +1,5 @@
-"""The oracle of the fault tests, and the checker of invariants I1-I6 (RELIABILITY.md).
+"""The oracle of the fault tests, and the checker of invariants I1-I5, I10, I11 and I17
+(docs/reliability.md).
 
 Two logs, both written outside the code under test:
 

@@ -6,7 +6,7 @@ budget 4) until every job is terminal. What must hold, from the handlers' own ru
 the database:
 
 * the poison job ends ``failed`` after its budget, its error saying truly what happened
-  (it died alone, attempt 6 of 6);
+  (it died alone, attempt 4 of 4);
 * every other job succeeded, exactly one of its executions ``succeeded``;
 * no other job was charged for a loss the database cannot blame on it: a charged loss of
   another job is one the database knew had started (the worker died while running it),

@@ -15,7 +15,7 @@ from acta_sqla.values import HeartbeatReport, Outcome
 from acta_sqla.worker.inflight import Entry, EntryState, Registry
 from acta_sqla.worker.lifeline import Lifeline
 
-from .fakes import FakeClock, FakeStore, job
+from .fakes import FakeClock, FakeStore, job, until
 
 TIMINGS = Timings.from_heartbeat(45.0)
 """Tick 1 s, stall threshold 5 s, attempt deadline 112.5 s."""
@@ -224,3 +224,16 @@ async def test_the_alarm_applies_the_renewals_even_when_it_rings_before_the_tick
     clock.advance(0)
     assert not entry.expired
     assert entry.deadline == store.at[-1] + TIMINGS.attempt_deadline
+
+
+async def test_stopping_ends_the_thread_at_once_not_a_tick_later() -> None:
+    # Every worker's stop (and so every testing.drain) waited for the thread's next look.
+    clock = FakeClock(start=1000.0)
+    lifeline = Lifeline(Registry(clock), TIMINGS, lambda: RenewingStore(clock), clock)
+    lifeline.tick = 3600.0  # the next look would be an hour away
+    lifeline.start()
+    thread = lifeline._thread
+    assert thread is not None
+    await until(lambda: lifeline._woken is not None)  # the thread waits for its next look
+    await lifeline.stop()
+    assert not thread.is_alive()

@@ -161,6 +161,29 @@ async def test_finding_nothing_after_work_tells_the_finalizer_once() -> None:
     assert idles == [2]
 
 
+async def test_only_a_probing_claim_dates_the_queue_empty_for_burst_mode() -> None:
+    # The plain claim never sees a due suspect, and a burst worker (or testing.drain)
+    # stops once an empty claim started after its last completion: that claim must be
+    # one that probes for suspects (burst mode asks for it with wake(probe=True)).
+    clock = FakeClock()
+    store, _registry, permits, claimed, claimer = make(4, clock)
+    store.to_claim = [[job(1)], [], [], [job(2)]]
+    store.suspect_due = [False, True]
+    [first] = await claim_one(claimer, claimed)
+    permits.release(1)
+    clock.advance(0.1)
+    await claimer.run_once()  # the plain claim: nothing, idle, but not dated
+    assert store.alone_asks == [True, None] and claimer.idle.is_set()
+    assert claimer.idle_since == 0.0
+    clock.advance(0.1)
+    claimer.wake(probe=True)
+    await claimer.run_once()  # at once a probe: a suspect is due (job 1 in flight)
+    assert store.alone_asks == [True, None, False] and claimer.idle_since == 0.0
+    _registry.remove(first.key)  # job 1's completion landed: nothing in flight
+    [suspect] = await claim_one(claimer, claimed)
+    assert suspect.job.id == 2 and store.alone_asks == [True, None, False, True]
+
+
 # ------------------------------------------------------------------ suspects run alone
 
 
