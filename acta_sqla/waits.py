@@ -82,6 +82,23 @@ class WaitForChildren:
         object.__setattr__(self, "rows", [child_row(job, i) for i, job in enumerate(children)])
 
 
+def held_lane(namespace: str, lane_key: str | None, rows: Sequence[dict[str, Any]]) -> str | None:
+    """Why a parent of lane ``lane_key`` (in ``namespace``) cannot wait for these children
+    (rows as :func:`child_row` builds them), or None: a child in the parent's own lane would
+    queue ``waiting`` behind its parent, which holds the lane while it waits for the child,
+    so neither would ever run and the lane would be stranded."""
+    if lane_key is None:
+        return None
+    for index, row in enumerate(rows):
+        if row["lane_key"] == lane_key and row["namespace"] == namespace:
+            return (
+                f"WaitForChildren: child {index} ({row['kind']}) is in lane {lane_key!r}, "
+                "which its parent holds while it waits: the child would queue behind its "
+                "parent and neither would ever run. Give the child another lane, or none"
+            )
+    return None
+
+
 def child_row(job: Job, index: int) -> dict[str, Any]:
     """One child as the completion's spawn part reads it (``features["children"]``)."""
     from .models import Job

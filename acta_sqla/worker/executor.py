@@ -37,11 +37,11 @@ from loguru import logger
 from .. import metrics, tracing
 from ..app import Handler
 from ..context import Context
-from ..errors import Cancel, Fail, Retry
+from ..errors import Cancel, Fail, InvalidJob, Retry
 from ..policy import Policy
 from ..settings import MAX_RESULT_BYTES, ActaSettings, Timings
 from ..values import ClaimedJob, Completion, Outcome
-from ..waits import WaitForChildren, WaitForSignal, children_from_json
+from ..waits import WaitForChildren, WaitForSignal, children_from_json, held_lane
 from . import completions
 from .clock import Clock
 from .completions import error_fields
@@ -302,7 +302,10 @@ class Executor:
             if isinstance(result, WaitForSignal):
                 return completions.wait_for_signal(job, result.name, result.timeout, ran)
             if isinstance(result, WaitForChildren):
-                return completions.wait_for_children(job, result.rows, ran)
+                stranded = held_lane(self.namespace, job.lane_key, result.rows)
+                if stranded is None:
+                    return completions.wait_for_children(job, result.rows, ran)
+                return completions.failed(job, policy, error_fields(InvalidJob(stranded)), ran)
             try:
                 return completions.succeeded(job, encode_result(result), ran)
             except ValueError as exc:

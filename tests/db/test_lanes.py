@@ -9,9 +9,10 @@ import asyncpg
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from acta_sqla import Acta, Context, Job
+from acta_sqla import Acta, Context, Job, WaitForChildren
 from acta_sqla.policy import Policy
 from acta_sqla.store import WorkerStore, asyncpg_dsn
+from acta_sqla.testing import drain
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
 from tests.waiting import until_lock_waiters
@@ -203,3 +204,50 @@ async def test_a_bulk_enqueue_mixing_lanes_and_plain_jobs_maps_each_id_to_its_jo
     assert [by_id[r.id][0] for r in results] == list(range(10))
     lane = [by_id[r.id][1] for i, r in enumerate(results) if i % 2]
     assert lane == ["ready", "waiting", "waiting", "waiting", "waiting"]
+
+
+NESTED = Acta(namespace="nested-lanes")
+
+
+@NESTED.job(lane="account:{account}")
+async def settle(ctx: Context, account: str) -> None:
+    """Nothing: a lane's job."""
+
+
+@NESTED.job(lane="account:{account}", max_attempts=1)
+async def settle_all(ctx: Context, account: str, child_lane: str | None = None) -> object:
+    if ctx.resumed == "children":
+        return "settled"
+    child = (
+        settle.job(account=account, lane=child_lane) if child_lane else settle.job(account=account)
+    )
+    return WaitForChildren([child])
+
+
+async def test_a_parent_waiting_for_a_child_of_its_own_lane_fails_instead_of_stranding_it(
+    db: str, conn: asyncpg.Connection, async_session: AsyncSession
+) -> None:
+    # The child would queue `waiting` behind its parent, which holds the lane while it
+    # waits for the child: neither would ever run, nor any later job of the lane.
+    parent = settle_all.job(account="7")
+    later = settle.job(account="7")
+    async_session.add_all([parent, later])
+    await async_session.commit()
+    result = await drain(NESTED, database_url=db)
+    assert not result.crashed
+    row = await conn.fetchrow(
+        "SELECT status, last_error->>'type', last_error->>'message' FROM acta.job WHERE id = $1",
+        parent.id,
+    )
+    assert (row[0], row[1]) == ("failed", "acta_sqla.errors.InvalidJob")
+    assert "child 0 (settle) is in lane 'account:7', which its parent holds" in row[2]
+    # Nothing was spawned, and the lane went on.
+    statuses = await conn.fetch("SELECT id, status FROM acta.job ORDER BY id")
+    assert [tuple(r) for r in statuses] == [(parent.id, "failed"), (later.id, "succeeded")]
+    # A child in another lane is fine: the parent waits for it, then resumes.
+    other = settle_all.job(account="8", child_lane="elsewhere")
+    async_session.add(other)
+    await async_session.commit()
+    await drain(NESTED, database_url=db)
+    row = await conn.fetchrow("SELECT status, result::text FROM acta.job WHERE id = $1", other.id)
+    assert tuple(row) == ("succeeded", '"settled"')
