@@ -221,7 +221,7 @@ async def resume(conn: Any, schema: str, namespace: str, name: str) -> datetime 
         if row is None:
             return None
         spec = Schedule(row["name"], row["cron"], row["kind"], row["timezone"], {}, row["missed"])
-        now = datetime.now(UTC)
+        now = row["now"]  # the database's clock, not this host's
         last = row["last_tick"]
         tick = spec.first(now) if last is None else spec.successor(last, now)
         await conn.fetch(q.resume_schedule(schema), namespace, name)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -240,6 +242,10 @@ class WorkerStore:
         ``claim_plain_lean``."""
         self.paused: list[str] = []
         """Kinds an operator paused (the last definitions loaded): the claim skips them."""
+        self.clock_offset = 0.0
+        """The database's clock minus this host's, in seconds (:meth:`db_now`)."""
+        self.wall: Callable[[], float] = time.time
+        """This host's clock (a test skews it)."""
         # The claim commits durably (the server's synchronous_commit) before any handler
         # starts: an asynchronous commit saved a WAL flush per claim, but a database crash
         # could then lose a claim whose handler already ran, and another worker would run
@@ -513,16 +519,24 @@ class WorkerStore:
             await self.admin_conn.execute(self.sql.cancel_dropped_fires, self.namespace, dropped)
         return dropped
 
+    def db_now(self) -> datetime:
+        """The database's clock, as this host's plus the offset :meth:`ensure_fires` last
+        measured (a round trip's accuracy): which tick a schedule's fire is next must not
+        depend on a skewed host clock."""
+        return datetime.fromtimestamp(self.wall() + self.clock_offset, UTC)
+
     async def ensure_fires(self, schedules: Mapping[str, Schedule]) -> list[tuple[str, Any]]:
         """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:
         its first tick to come if it never fired, else its last fire's successor (the
         missed policy). Under the schedules' locks, re-checked: exactly one chain each."""
-        from datetime import UTC, datetime
-
+        asked = self.wall()
         rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
-        now = datetime.now(UTC)
+        now = rows[0]["now"]  # the database's clock: a skewed host must not skip ticks
+        self.clock_offset = now.timestamp() - (asked + self.wall()) / 2
         names, ticks = [], []
-        for name, last in rows:
+        for _, name, last in rows:
+            if name is None:
+                continue  # no schedule without a pending fire: now() alone
             spec = schedules.get(name)
             if spec is None:
                 continue  # another version of the code declares it: its workers keep it

@@ -19,6 +19,13 @@ fire of its own to fence it (start-up, recovery, ``acta schedules resume``)."""
 FIRE = ("priority", "concurrency_key", "rate_key", "lane_key")
 """What every statement that writes a fire copies from the schedule row (``sc``): what
 ``handler.job(**args)`` would give a job of the schedule's args (migration 0011)."""
+UNSTARTED = (
+    "(j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL"
+    " AND j.pending_children = 0))"
+)
+"""A fire that is pending and not running: ``ready`` (due later, or a retry), or
+``waiting`` for its turn in the kind's lane (a durable wait of its own has an awaited
+signal or children). What pausing or dropping a schedule cancels."""
 FIRE_COLUMNS = ", ".join(FIRE)
 FIRE_VALUES = ", ".join(f"sc.{c}" for c in FIRE)
 
@@ -66,29 +73,36 @@ def store_schedules(schema: str) -> str:
 
 
 def cancel_dropped_fires(schema: str) -> str:
-    """The pending fires (not started) of dropped schedules $2 of namespace $1 end
-    ``cancelled``."""
+    """The pending fires (not running: :data:`UNSTARTED`) of dropped schedules $2 of
+    namespace $1 end ``cancelled``."""
     s = quote(schema)
     return f"""
         UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
-        WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND j.status = 'ready'"""
+        WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND {UNSTARTED}"""
 
 
 def unfired_schedules(schema: str) -> str:
     """Namespace $1's enabled schedules with no pending fire (none ready, executing or
-    waiting), each with its latest fire's tick (NULL: it never fired): the fires to enqueue
-    are computed from these in Python. By ``job_schedule_tick_key``."""
+    waiting), each with its latest fire's tick (NULL: it never fired), and the database's
+    ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue
+    are computed from these in Python, against the database clock. By
+    ``job_schedule_tick_key``."""
     s = quote(schema)
     return f"""
-        SELECT sc.name,
-               (SELECT max(j.scheduled_at) FROM {s}.job AS j
-                WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
-        FROM {s}.schedule AS sc
-        WHERE sc.namespace = $1 AND sc.enabled
-          AND NOT EXISTS (
-              SELECT 1 FROM {s}.job AS j
-              WHERE j.namespace = $1 AND j.schedule_name = sc.name AND j.status IN {ACTIVE}
-          )"""
+        SELECT now() AS now, u.name, u.last_tick
+        FROM (SELECT 1) AS one
+        LEFT JOIN (
+            SELECT sc.name,
+                   (SELECT max(j.scheduled_at) FROM {s}.job AS j
+                    WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+            FROM {s}.schedule AS sc
+            WHERE sc.namespace = $1 AND sc.enabled
+              AND NOT EXISTS (
+                  SELECT 1 FROM {s}.job AS j
+                  WHERE j.namespace = $1 AND j.schedule_name = sc.name
+                    AND j.status IN {ACTIVE}
+              )
+        ) AS u ON true"""
 
 
 def lock_schedules(schema: str) -> str:
@@ -148,11 +162,12 @@ def list_schedules(schema: str) -> str:
 
 
 def schedule_row(schema: str) -> str:
-    """One stored schedule ($1 namespace, $2 name), and its latest fire's tick."""
+    """One stored schedule ($1 namespace, $2 name), its latest fire's tick, and the
+    database's ``now()`` (its next fire is computed against the database clock)."""
     s = quote(schema)
     return f"""
-        SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args, sc.missed,
-               sc.enabled,
+        SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args,
+               sc.missed, sc.enabled,
                (SELECT max(j.scheduled_at) FROM {s}.job AS j
                 WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
         FROM {s}.schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2"""
@@ -169,7 +184,7 @@ def pause_schedule(schema: str) -> str:
         ),
         pending AS (
             UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
-            WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.status = 'ready'
+            WHERE j.namespace = $1 AND j.schedule_name = $2 AND {UNSTARTED}
               AND EXISTS (SELECT 1 FROM paused)
             RETURNING 1
         )

@@ -16,7 +16,6 @@ import asyncio
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 from loguru import logger
@@ -196,7 +195,9 @@ class Worker:
         schedule = self.acta.schedules.get(job.schedule_name or "")
         if schedule is None or job.scheduled_at is None:
             return completion
-        nxt = successor_feature(schedule, self.namespace, job.scheduled_at, datetime.now(UTC))
+        assert self.store is not None  # a job ran: the worker is started
+        now = self.store.db_now()  # the database's clock: a skewed host skips no tick
+        nxt = successor_feature(schedule, self.namespace, job.scheduled_at, now)
         return completion._replace(features={**(completion.features or {}), "next": nxt})
 
     async def start(self) -> None:

@@ -4,6 +4,7 @@ its successor in the same batch, once (I10), and two workers racing at start-up.
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -218,3 +219,50 @@ async def test_a_changed_kind_changes_the_stored_fire_fields(
     again = changed.schedule("minutely", "* * * * *", tick_v2, args={"label": "m"})
     assert await store.store_schedules([again]) == []
     assert tuple(await conn.fetchrow(stored)) == (5, None, "label:m", None)
+
+
+async def test_a_skewed_host_clock_neither_skips_nor_delays_a_tick(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    # This host's clock an hour ahead of the database's: by the host, every tick since the
+    # last fire was missed (`latest` would fire a tick an hour away); by the database, none.
+    store.wall = lambda: time.time() + 3600
+    await store.store_schedules([MINUTELY])
+    [(_, first)] = await store.ensure_fires(SCHEDULES)
+    db_now = await conn.fetchval("SELECT now()")
+    assert timedelta(0) < first - db_now <= timedelta(minutes=1)
+    # The clock a fire's completion computes its successor against (Worker._chain).
+    assert abs(store.db_now() - await conn.fetchval("SELECT now()")) < timedelta(seconds=1)
+    assert MINUTELY.successor(first, store.db_now()) == first + timedelta(minutes=1)
+
+
+async def test_pausing_or_dropping_a_schedule_cancels_a_fire_queued_in_its_lane(
+    db: str, conn: asyncpg.Connection
+) -> None:
+    store = await new_store(db, "keyed")
+    try:
+        await store.store_schedules([KEYED_SCHEDULE])
+        # The lane is busy: the fire queues behind its head, `waiting`.
+        await conn.execute(
+            "INSERT INTO acta.job (namespace, kind, lane_key) VALUES ('keyed', 'head', 'lane:eu')"
+        )
+        await store.ensure_fires({"reports": KEYED_SCHEDULE})
+        fire = "SELECT status FROM acta.job WHERE schedule_name = 'reports'"
+        assert await conn.fetchval(fire) == "waiting"
+        await conn.fetch(q.pause_schedule("acta"), "keyed", "reports")
+        assert await conn.fetchval(fire) == "cancelled"
+        # The head ends and hands the lane on: no fire of the paused schedule runs.
+        await conn.execute("UPDATE acta.job SET status = 'cancelled' WHERE kind = 'head'")
+        assert await conn.fetchval(fire) == "cancelled"
+        # Dropped from the code the same way.
+        await conn.execute("DELETE FROM acta.job")
+        await conn.execute("UPDATE acta.schedule SET enabled = true")
+        await conn.execute(
+            "INSERT INTO acta.job (namespace, kind, lane_key) VALUES ('keyed', 'head', 'lane:eu')"
+        )
+        await store.ensure_fires({"reports": KEYED_SCHEDULE})
+        assert await conn.fetchval(fire) == "waiting"
+        assert await store.store_schedules([]) == ["reports"]
+        assert await conn.fetchval(fire) == "cancelled"
+    finally:
+        await store.close()

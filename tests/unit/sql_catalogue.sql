@@ -1015,10 +1015,10 @@ SELECT json_agg(json_build_array(id, kind, status, result, last_error)
                 ORDER BY id)::text
 FROM "acta".job WHERE parent_id = $1;
 
--- schedules.cancel_dropped_fires: The pending fires (not started) of dropped schedules $2 of
---   namespace $1 end ``cancelled``.
+-- schedules.cancel_dropped_fires: The pending fires (not running: :data:`UNSTARTED`) of dropped
+--   schedules $2 of namespace $1 end ``cancelled``.
 UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
-WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND j.status = 'ready';
+WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0));
 
 -- schedules.enqueue_fires: Enqueue fire $3[i] (a tick) of schedule $2[i] of namespace $1, under the
 --   locks :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled, and
@@ -1070,7 +1070,7 @@ WITH paused AS (
 ),
 pending AS (
     UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
-    WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.status = 'ready'
+    WHERE j.namespace = $1 AND j.schedule_name = $2 AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0))
       AND EXISTS (SELECT 1 FROM paused)
     RETURNING 1
 )
@@ -1089,9 +1089,10 @@ SELECT sc.namespace, sc.kind, sc.args, now(), sc.priority, sc.concurrency_key, s
 WHERE sc.namespace = $1 AND sc.name = $2
 RETURNING id;
 
--- schedules.schedule_row: One stored schedule ($1 namespace, $2 name), and its latest fire's tick.
-SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args, sc.missed,
-       sc.enabled,
+-- schedules.schedule_row: One stored schedule ($1 namespace, $2 name), its latest fire's tick, and
+--   the database's ``now()`` (its next fire is computed against the database clock).
+SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args,
+       sc.missed, sc.enabled,
        (SELECT max(j.scheduled_at) FROM "acta".job AS j
         WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
 FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
@@ -1134,17 +1135,24 @@ gone AS (
 SELECT name FROM gone;
 
 -- schedules.unfired_schedules: Namespace $1's enabled schedules with no pending fire (none ready,
---   executing or waiting), each with its latest fire's tick (NULL: it never fired): the fires to
---   enqueue are computed from these in Python. By ``job_schedule_tick_key``.
-SELECT sc.name,
-       (SELECT max(j.scheduled_at) FROM "acta".job AS j
-        WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
-FROM "acta".schedule AS sc
-WHERE sc.namespace = $1 AND sc.enabled
-  AND NOT EXISTS (
-      SELECT 1 FROM "acta".job AS j
-      WHERE j.namespace = $1 AND j.schedule_name = sc.name AND j.status IN ('ready', 'executing', 'waiting')
-  );
+--   executing or waiting), each with its latest fire's tick (NULL: it never fired), and the
+--   database's ``now()`` (one row of it, with a NULL name, when there is none): the fires to
+--   enqueue are computed from these in Python, against the database clock. By
+--   ``job_schedule_tick_key``.
+SELECT now() AS now, u.name, u.last_tick
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT sc.name,
+           (SELECT max(j.scheduled_at) FROM "acta".job AS j
+            WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+    FROM "acta".schedule AS sc
+    WHERE sc.namespace = $1 AND sc.enabled
+      AND NOT EXISTS (
+          SELECT 1 FROM "acta".job AS j
+          WHERE j.namespace = $1 AND j.schedule_name = sc.name
+            AND j.status IN ('ready', 'executing', 'waiting')
+      )
+) AS u ON true;
 
 -- session.bump_definitions_version: Move the namespace's definitions version: every worker reloads
 --   within one beat.
