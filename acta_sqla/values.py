@@ -98,7 +98,7 @@ class Completion(NamedTuple):
     """One finished attempt, as ``complete_executions`` applies it: every decision is made
     in Python (``worker/completions.py`` builds every shape); the statement only applies it.
 
-    The fields up to ``cancel_wins`` are the statement's core input, in this order (one
+    The fields up to ``children`` are the statement's core input, in this order (one
     JSON array per completion; ``queries/complete.py`` names the positions); ``features``
     travels apart, so a new feature never shifts them.
     """

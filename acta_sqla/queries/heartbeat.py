@@ -5,7 +5,7 @@ renders them once per worker. No SQLAlchemy here."""
 
 from __future__ import annotations
 
-from ._render import quote
+from ._render import ACTIVE, quote
 from .waits import wake_timed_out
 
 
@@ -114,7 +114,7 @@ def measure_depth(schema: str) -> str:
             SELECT json_agg(json_build_array(d.kind, d.status, d.n))
             FROM (
                 SELECT kind, status, count(*) AS n FROM {s}.job
-                WHERE namespace = $1 AND status IN ('ready', 'executing', 'waiting')
+                WHERE namespace = $1 AND status IN {ACTIVE}
                 GROUP BY kind, status
             ) AS d
         ), '[]')::text AS depth
