@@ -169,13 +169,13 @@ class Executor:
 
     async def run_once(self, entry: Entry) -> None:
         if entry.fired(self.clock.now()):
-            # Its deadline fired before it started (or it was handed back): the row is no
-            # longer safely ours, so nothing is written and recovery or the hand-back owns it.
-            self.registry.remove(entry.key)
-            self.permits.release(1)
+            self._skip(entry)
             return
         try:
             completion = await self._complete(entry)
+            if completion is None:
+                self._skip(entry)
+                return
         except Exception as exc:
             # A fault of acta's own (admission's database call, say), not the handler's:
             # the attempt still ends in a completion, under the budget.
@@ -197,7 +197,16 @@ class Executor:
         # Completed channel stops intake instead of growing memory.
         self.permits.release(1)
 
-    async def _complete(self, entry: Entry) -> Completion:
+    def _skip(self, entry: Entry) -> None:
+        """An attempt asked to stop (or past its deadline: lease lost, cancel, hand-back)
+        before its handler started: the row is no longer safely ours, so nothing is written
+        and recovery or the hand-back owns it."""
+        self.registry.remove(entry.key)
+        self.permits.release(1)
+
+    async def _complete(self, entry: Entry) -> Completion | None:
+        """The attempt's completion; None if it was asked to stop while admission decided
+        (the handler never starts: :meth:`_skip`)."""
         job = entry.job
         handler = self.handlers.get(job.kind)
         if handler is None:
@@ -214,6 +223,12 @@ class Executor:
             bounced = await self.admit(entry)
             if bounced is not None:
                 return bounced
+            if entry.fired(self.clock.now()):
+                # Asked to stop while admission answered (a cancel, a lost lease): the
+                # heartbeat renews it no more and no alarm would be armed for it, so its
+                # handler must not start. A slot it took is freed when the row leaves
+                # 'executing' (recovery).
+                return None
         return await self._run_handler(entry, handler)
 
     async def _run_handler(self, entry: Entry, handler: Handler[Any, Any]) -> Completion:

@@ -261,6 +261,32 @@ async def test_an_entry_whose_deadline_fired_is_skipped(h: Harness) -> None:
     assert h.permits.free == 4
 
 
+started_ids: list[int] = []
+
+
+@acta.job
+async def records_start(ctx: Context) -> None:
+    started_ids.append(ctx.job_id)
+
+
+@pytest.mark.parametrize("reason", [Outcome.CANCELLED, Outcome.LEASE_LOST])
+async def test_an_attempt_asked_to_stop_while_admission_decides_never_starts(
+    h: Harness, reason: Outcome
+) -> None:
+    # Fired while its admission call was in flight: no renewal and no alarm would follow,
+    # so a handler started now could overlap the row's next owner.
+    async def admit(entry: Entry) -> Completion | None:
+        h.registry.fire(entry, reason, asyncio.get_running_loop().time())
+        return None  # admitted
+
+    h.executor.admit = admit  # type: ignore[assignment]
+    h.take_permit()
+    entry = h.registry.add(job(8, "records_start"), asyncio.get_running_loop().time() + 3600)
+    await h.executor.run_once(entry)
+    assert started_ids == [] and h.completed.empty()
+    assert len(h.registry) == 0 and h.permits.free == 4
+
+
 async def test_heartbeat_fire_cancels_a_running_handler(h: Harness) -> None:
     entry, entry_job = await h.start(6, "hang", 3600)
     h.registry.fire(entry, Outcome.CANCELLED, asyncio.get_running_loop().time())
