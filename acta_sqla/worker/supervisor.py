@@ -1,13 +1,14 @@
 """The supervisor: wires the stages, owns the start and stop order.
 
 Start: database (the embedded default is started and migrated on first use), worker row,
-definitions, LISTEN, then finalizer, executors, heartbeat and claimer -- consumers before
-producers, so nothing is produced that no one takes.
+definitions, schedules, LISTEN, then finalizer, executors, heartbeat, the lifeline thread
+and claimer -- consumers before producers, so nothing is produced that no one takes.
 
 Stop (SIGTERM/SIGINT): stop claiming; hand back claimed-but-unstarted rows uncharged; let
 running handlers finish within the grace period (a second signal, or the end of the grace,
 cancels them: they are retried uncharged); flush the finalizer; stop the heartbeat (it
-renews what is still held until the last write); mark the worker stopped.
+renews what is still held until the last write), the lifeline and the listener; mark the
+worker stopped.
 """
 
 from __future__ import annotations
