@@ -125,6 +125,9 @@ class Job(Base):
     unique_key: Mapped[str | None] = mapped_column(Text)
 
     parent_id: Mapped[int | None] = mapped_column(BigInteger)
+    parent_execution_id: Mapped[int | None] = mapped_column(BigInteger)
+    """The parent's attempt (execution id) whose wait spawned this child: the child counts
+    toward that wait only (migration 0012)."""
     pending_children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     awaited_signal: Mapped[str | None] = mapped_column(Text)
     signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound
 from .handler import JobBatch, Rows
+from .status import JobStatus
 from .waits import MAX_SIGNAL_NAME
 
 if TYPE_CHECKING:
@@ -138,14 +139,24 @@ def enqueue_many(session: Session, rows: Rows) -> list[EnqueueResult]:
 
 
 def cancel(session: Session, job_id: int) -> CancelOutcome:
-    """A ready or waiting job ends ``cancelled`` at once; an executing one is asked to stop."""
+    """A ready or waiting job ends ``cancelled`` at once; an executing one is asked to stop.
+
+    The row is locked first and the decision made on what it says then: a completion
+    committing meanwhile (a retry, a bounce, a park in a wait) is waited for, and its
+    outcome cancelled, never mistaken for a finished job."""
     from . import queries
 
-    if session.execute(queries.cancel_waiting(job_id)).first() is not None:
+    found = session.execute(queries.lock_job_status(job_id)).first()
+    if found is None:
+        return "missing"
+    status = JobStatus(found[0])
+    if status in (JobStatus.READY, JobStatus.WAITING):
+        session.execute(queries.cancel_waiting(job_id))
         return "cancelled"
-    if session.execute(queries.request_cancel(job_id)).first() is not None:
+    if status is JobStatus.EXECUTING:
+        session.execute(queries.request_cancel(job_id))
         return "requested"
-    return "finished" if session.execute(queries.job_status(job_id)).first() else "missing"
+    return "finished"
 
 
 def retry(session: Session, job_id: int) -> bool:

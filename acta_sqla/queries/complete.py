@@ -193,20 +193,22 @@ class FeaturePart(NamedTuple):
 
 def spawn_children(schema: str) -> str:
     """``spawn``: the children of a parent that returned ``WaitForChildren``, inserted in
-    spawn order with ``parent_id`` set, in the same statement that parks the parent with
-    their count (``Completion.children``). Guard: only for a parent the fenced finish
-    applied AND left ``waiting`` (a cancel that won spawns nothing). Input:
+    spawn order with ``parent_id`` and ``parent_execution_id`` set (the wait's attempt: a
+    child counts toward that wait only, migration 0012), in the same statement that parks
+    the parent with their count (``Completion.children``). Guard: only for a parent the
+    fenced finish applied AND left ``waiting`` (a cancel that won spawns nothing). Input:
     ``f.features->'children'``, one object per child (``waits.child_row``)."""
     s = quote(schema)
     return f"""
             INSERT INTO {s}.job (namespace, kind, args, priority, run_at, max_attempts,
-                                 concurrency_key, rate_key, lane_key, parent_id)
+                                 concurrency_key, rate_key, lane_key, parent_id,
+                                 parent_execution_id)
             SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
                    coalesce((x.v->>'priority')::smallint, 0),
                    coalesce((x.v->>'run_at')::timestamptz,
                             now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
                    (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
-                   x.v->>'lane_key', d.id
+                   x.v->>'lane_key', d.id, d.execution_id
             FROM f
             JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
             CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')

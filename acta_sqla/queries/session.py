@@ -179,11 +179,19 @@ def unique_holders_params(pairs: Sequence[tuple[str, str]]) -> dict[str, list[st
 
 
 def cancel_waiting(job_id: int) -> Any:
-    """A ready or waiting job ends 'cancelled' at once."""
+    """A ready or waiting job ends 'cancelled' at once; a durable wait it was parked in is
+    over (no awaited signal, no pending children: the terminal-effects trigger reads the
+    old values to cancel the children and hand a lane on)."""
     return (
         update(Job)
         .where(Job.id == job_id, Job.status.in_((JobStatus.READY, JobStatus.WAITING)))
-        .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=func.now())
+        .values(
+            status=JobStatus.CANCELLED,
+            cancel_requested=True,
+            finished_at=func.now(),
+            awaited_signal=None,
+            pending_children=0,
+        )
         .returning(Job.id)
     )
 
@@ -199,13 +207,20 @@ def request_cancel(job_id: int) -> Any:
 
 
 def job_status(job_id: int) -> Any:
-    """One job's status (cancel tells a finished job from a missing one)."""
+    """One job's status (signal tells a finished job from a missing one)."""
     return select(Job.status).where(Job.id == job_id)
 
 
+def lock_job_status(job_id: int) -> Any:
+    """One job's status, its row locked until the transaction ends: cancel decides on the
+    status a concurrent completion committed, never on the one before it."""
+    return select(Job.status).where(Job.id == job_id).with_for_update()
+
+
 def retry_job(job_id: int) -> Any:
-    """An operator's retry: a finished job goes back to 'ready' now with a fresh budget.
-    The only way out of a terminal state."""
+    """An operator's retry: a finished job goes back to 'ready' now with a fresh budget,
+    as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not one
+    that follows a wait). Signals it received stay. The only way out of a terminal state."""
     return (
         update(Job)
         .where(Job.id == job_id, Job.status.in_(TERMINAL_STATUSES))
@@ -216,6 +231,9 @@ def retry_job(job_id: int) -> Any:
             finished_at=None,
             cancel_requested=False,
             result=None,
+            awaited_signal=None,
+            pending_children=0,
+            resumed=None,
         )
         .returning(Job.id)
     )

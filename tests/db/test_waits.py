@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from acta_sqla import Acta, JobFinished, JobNotFound, WaitForChildren
 from acta_sqla.errors import InvalidSignal
 from acta_sqla.policy import Policy
-from acta_sqla.store import WorkerStore
+from acta_sqla.queries.complete import encode
+from acta_sqla.store import WorkerStore, asyncpg_dsn
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import decide_expired
@@ -340,3 +341,112 @@ async def test_a_plain_completion_does_not_touch_the_wait_columns(
         0,
         None,
     )
+
+
+# ------------------------------------------------------------------ an operator after a wait
+
+
+async def retry(engine: AsyncEngine, job_id: int) -> bool:
+    async with AsyncSession(engine) as session:
+        done = await APP.retry(session, job_id)
+        await session.commit()
+    return done
+
+
+async def cancel(engine: AsyncEngine, job_id: int) -> str:
+    async with AsyncSession(engine) as session:
+        answer = await APP.cancel(session, job_id)
+        await session.commit()
+    return answer
+
+
+async def test_a_child_of_an_earlier_wait_never_resumes_its_parents_later_wait(
+    conn: asyncpg.Connection, store: WorkerStore, async_engine: AsyncEngine
+) -> None:
+    parent = await claim_one(conn, store)
+    await store.complete_executions([completions.wait_for_children(parent, spawn(1), 0.1)])
+    [old] = await store.claim_jobs(10)  # the first wait's child runs on
+    # The parent is cancelled (the running child only asked to stop), then retried by an
+    # operator, and waits for a new child.
+    assert await cancel(async_engine, parent.id) == "cancelled"
+    assert await retry(async_engine, parent.id)
+    assert tuple(await row(conn, parent.id))[:5] == ("ready", 0, None, 0, None)
+    [again] = [j for j in await store.claim_jobs(10) if j.id == parent.id]
+    await store.complete_executions([completions.wait_for_children(again, spawn(1), 0.1)])
+    # The old child ends: it belongs to the cancelled wait, not to this one.
+    await store.complete_executions([completions.succeeded(old, 1, 0.1)])
+    r = await row(conn, parent.id)
+    assert (r["status"], r["pending_children"]) == ("waiting", 1)
+    [new] = await store.claim_jobs(10)
+    await store.complete_executions([completions.succeeded(new, 2, 0.1)])
+    r = await row(conn, parent.id)
+    assert (r["status"], r["pending_children"], r["resumed"]) == ("ready", 0, "children")
+
+
+async def test_a_retried_child_of_a_finished_wait_is_not_counted_by_the_next(
+    conn: asyncpg.Connection, store: WorkerStore, async_engine: AsyncEngine
+) -> None:
+    parent = await claim_one(conn, store)
+    await store.complete_executions([completions.wait_for_children(parent, spawn(1), 0.1)])
+    [first] = await store.claim_jobs(10)
+    await store.complete_executions([completions.succeeded(first, 1, 0.1)])
+    [resumed] = [j for j in await store.claim_jobs(10) if j.id == parent.id]
+    await store.complete_executions([completions.wait_for_children(resumed, spawn(1), 0.1)])
+    # An operator retries the first wait's child while the parent waits for its second.
+    assert await retry(async_engine, first.id)
+    assert (await row(conn, parent.id))["pending_children"] == 1  # not counted again
+    [rerun] = [j for j in await store.claim_jobs(10) if j.id == first.id]
+    await store.complete_executions([completions.succeeded(rerun, 1, 0.1)])
+    assert (await row(conn, parent.id))["status"] == "waiting"
+
+
+async def test_a_cancelled_and_retried_lane_head_rejoins_its_lane_without_its_old_wait(
+    conn: asyncpg.Connection, store: WorkerStore, async_engine: AsyncEngine
+) -> None:
+    insert = "INSERT INTO acta.job (kind, lane_key) VALUES ('p', 'L') RETURNING id"
+    head_id = await conn.fetchval(insert)
+    [head] = await store.claim_jobs(10)
+    await store.complete_executions([completions.wait_for_signal(head, "go", 3600, 0.1)])
+    second_id = await conn.fetchval(insert)
+    assert await cancel(async_engine, head_id) == "cancelled"  # the lane moves on
+    [second] = await store.claim_jobs(10)
+    assert second.id == second_id
+    # Retried while the lane is busy: it queues for its turn, with no wait of its own.
+    assert await retry(async_engine, head_id)
+    r = await row(conn, head_id)
+    assert (r["status"], r["awaited_signal"], r["pending_children"]) == ("waiting", None, 0)
+    # Neither a heartbeat's timeout wake (the retry made it due now: a stale wait would
+    # look timed out) nor a signal of the old name makes it ready beside the lane's head.
+    await store.heartbeat([(second.id, second.execution_id, True)])
+    assert await signal(async_engine, head_id, "go") == "waiting"
+    lane = await conn.fetch("SELECT status FROM acta.job WHERE lane_key = 'L' ORDER BY id")
+    assert [r["status"] for r in lane] == ["waiting", "executing"]
+
+
+@pytest.mark.parametrize("parks", ["retry", "signal wait", "bounce"])
+async def test_a_cancel_racing_a_completion_that_keeps_the_job_alive_is_not_lost(
+    conn: asyncpg.Connection, store: WorkerStore, async_engine: AsyncEngine, db: str, parks: str
+) -> None:
+    job = await claim_one(conn, store)
+    err = completions.ErrorFields("E", "m", "")
+    completion = {
+        "retry": completions.failed(job, Policy(max_attempts=3), err, 0.1),
+        "signal wait": completions.wait_for_signal(job, "go", None, 0.1),
+        "bounce": completions.bounce(job, 2.0),
+    }[parks]
+    # The completion is written but not yet committed (the finalizer's statement in
+    # flight, holding the row), when an operator cancels.
+    writer = await asyncpg.connect(asyncpg_dsn(db))
+    try:
+        tx = writer.transaction()
+        await tx.start()
+        core, features = encode([completion])
+        await writer.fetch(store.sql.complete_executions, core, store.worker_id, features)
+        cancelling = asyncio.create_task(cancel(async_engine, job.id))
+        await until_lock_waiters(conn)
+        await tx.commit()
+    finally:
+        await writer.close()
+    # The cancel saw the committed outcome (ready or waiting) and cancelled it.
+    assert await cancelling == "cancelled"
+    assert (await row(conn, job.id))["status"] == "cancelled"

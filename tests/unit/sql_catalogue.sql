@@ -305,13 +305,14 @@ history AS (
 ),
 spawn AS (
     INSERT INTO "acta".job (namespace, kind, args, priority, run_at, max_attempts,
-                         concurrency_key, rate_key, lane_key, parent_id)
+                         concurrency_key, rate_key, lane_key, parent_id,
+                         parent_execution_id)
     SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
            coalesce((x.v->>'priority')::smallint, 0),
            coalesce((x.v->>'run_at')::timestamptz,
                     now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
            (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
-           x.v->>'lane_key', d.id
+           x.v->>'lane_key', d.id, d.execution_id
     FROM f
     JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
     CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
@@ -445,18 +446,20 @@ WHERE NOT EXISTS (
 ON CONFLICT DO NOTHING;
 
 -- complete.spawn_children: ``spawn``: the children of a parent that returned ``WaitForChildren``,
---   inserted in spawn order with ``parent_id`` set, in the same statement that parks the parent
---   with their count (``Completion.children``). Guard: only for a parent the fenced finish applied
---   AND left ``waiting`` (a cancel that won spawns nothing). Input: ``f.features->'children'``, one
---   object per child (``waits.child_row``).
+--   inserted in spawn order with ``parent_id`` and ``parent_execution_id`` set (the wait's attempt:
+--   a child counts toward that wait only, migration 0012), in the same statement that parks the
+--   parent with their count (``Completion.children``). Guard: only for a parent the fenced finish
+--   applied AND left ``waiting`` (a cancel that won spawns nothing). Input:
+--   ``f.features->'children'``, one object per child (``waits.child_row``).
 INSERT INTO "acta".job (namespace, kind, args, priority, run_at, max_attempts,
-                     concurrency_key, rate_key, lane_key, parent_id)
+                     concurrency_key, rate_key, lane_key, parent_id,
+                     parent_execution_id)
 SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
        coalesce((x.v->>'priority')::smallint, 0),
        coalesce((x.v->>'run_at')::timestamptz,
                 now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
        (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
-       x.v->>'lane_key', d.id
+       x.v->>'lane_key', d.id, d.execution_id
 FROM f
 JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
 CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
@@ -663,13 +666,14 @@ history AS (
 ),
 spawn AS (
     INSERT INTO "acta".job (namespace, kind, args, priority, run_at, max_attempts,
-                         concurrency_key, rate_key, lane_key, parent_id)
+                         concurrency_key, rate_key, lane_key, parent_id,
+                         parent_execution_id)
     SELECT x.v->>'namespace', x.v->>'kind', x.v->'args',
            coalesce((x.v->>'priority')::smallint, 0),
            coalesce((x.v->>'run_at')::timestamptz,
                     now() + make_interval(secs => coalesce((x.v->>'delay')::float8, 0))),
            (x.v->>'max_attempts')::int, x.v->>'concurrency_key', x.v->>'rate_key',
-           x.v->>'lane_key', d.id
+           x.v->>'lane_key', d.id, d.execution_id
     FROM f
     JOIN done AS d ON d.id = f.job_id AND d.status = 'waiting'
     CROSS JOIN LATERAL jsonb_array_elements(f.features->'children')
@@ -1158,8 +1162,10 @@ LEFT JOIN (
 --   within one beat.
 UPDATE acta.namespace SET definitions_version=(acta.namespace.definitions_version + %(definitions_version_1)s::BIGINT) WHERE acta.namespace.name = %(name_1)s::VARCHAR RETURNING acta.namespace.definitions_version;
 
--- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once.
-UPDATE acta.job SET status=%(status)s, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+-- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once; a durable wait it was
+--   parked in is over (no awaited signal, no pending children: the terminal-effects trigger reads
+--   the old values to cancel the children and hand a lane on).
+UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
 -- session.definition_for_update: A kind's stored definition (declared policy and overrides), locked
 --   until commit so that two operators' changes apply one after the other.
@@ -1174,24 +1180,31 @@ FROM ROWS FROM (jsonb_array_elements(CAST(%(rows)s::VARCHAR AS jsonb)), jsonb_ar
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, status, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
+INSERT INTO acta.job (namespace, kind, args, status, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
 
--- session.job_status: One job's status (cancel tells a finished job from a missing one).
+-- session.job_status: One job's status (signal tells a finished job from a missing one).
 SELECT acta.job.status
 FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT;
+
+-- session.lock_job_status: One job's status, its row locked until the transaction ends: cancel
+--   decides on the status a concurrent completion committed, never on the one before it.
+SELECT acta.job.status
+FROM acta.job
+WHERE acta.job.id = %(id_1)s::BIGINT FOR UPDATE;
 
 -- session.request_cancel: An executing job is asked to stop: its worker's next heartbeat cancels
 --   the handler.
 UPDATE acta.job SET cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
 
 -- session.retry_job: An operator's retry: a finished job goes back to 'ready' now with a fresh
---   budget. The only way out of a terminal state.
-UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+--   budget, as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not
+--   one that follows a wait). Signals it received stay. The only way out of a terminal state.
+UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
 -- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
 --   (enqueue returns it).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(unique_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
 
@@ -1493,6 +1506,7 @@ CREATE TABLE acta.job (
 	lane_key TEXT,
 	unique_key TEXT,
 	parent_id BIGINT,
+	parent_execution_id BIGINT,
 	pending_children INTEGER DEFAULT '0' NOT NULL,
 	awaited_signal TEXT,
 	signals JSONB,
