@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..values import Outcome
 from . import complete
-from ._render import TERMINAL, quote
+from ._render import ACTIVE, TERMINAL, quote
 
 
 def select_expired(schema: str) -> str:
@@ -93,7 +93,9 @@ def prune_finished(schema: str) -> str:
 
     FOR UPDATE SKIP LOCKED: a row being retried or written right now is left to the next
     pass (its status and finish time are checked again once locked). The jobs' execution
-    rows go with them."""
+    rows go with them. A finished child whose parent has not ended (it waits for its other
+    children, or runs on) is kept, whatever its age, so the parent's next run sees every
+    child; such rows are read again by each pass until the parent ends."""
     s = quote(schema)
     return f"""
         WITH RECURSIVE kinds AS (
@@ -127,6 +129,12 @@ def prune_finished(schema: str) -> str:
                 WHERE j.namespace = $1 AND j.kind = c.kind
                   AND j.status IN {TERMINAL}
                   AND j.finished_at < c.cutoff
+                  -- A child whose parent has not ended stays: the parent's next run reads
+                  -- it (ctx.children). A scalar subquery, so its parent is looked up by
+                  -- primary key per child, never hashed from a scan of the active jobs.
+                  AND (j.parent_id IS NULL
+                       OR coalesce((SELECT p.status FROM {s}.job AS p
+                                    WHERE p.id = j.parent_id), 'gone') NOT IN {ACTIVE})
                 ORDER BY j.finished_at
                 LIMIT $2
                 FOR UPDATE OF j SKIP LOCKED

@@ -115,6 +115,23 @@ async def test_each_kind_is_pruned_past_its_own_retention(
     assert {r["job_id"] for r in history} == set(kept)  # the pruned jobs' executions went too
 
 
+async def test_a_finished_child_stays_while_its_parent_has_not_ended(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    waiting = await conn.fetchval(
+        "INSERT INTO acta.job (kind, status, pending_children) VALUES ('p', 'waiting', 1) "
+        "RETURNING id"
+    )
+    [done_parent] = await finished(conn, "p", 30 * DAY)
+    kept = await finished(conn, "child", 30 * DAY, n=2)
+    gone = await finished(conn, "child", 30 * DAY, n=2)
+    await conn.execute("UPDATE acta.job SET parent_id = $1 WHERE id = ANY($2)", waiting, kept)
+    await conn.execute("UPDATE acta.job SET parent_id = $1 WHERE id = ANY($2)", done_parent, gone)
+    assert await prune_all(store) == 3  # the finished parent and its children
+    # The waiting parent's next run reads its children (ctx.children): all of them are there.
+    assert await remaining(conn, kept + gone + [done_parent, waiting]) == {*kept, waiting}
+
+
 async def test_a_chunk_deletes_at_most_its_limit_across_kinds(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:

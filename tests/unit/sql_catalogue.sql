@@ -749,6 +749,12 @@ doomed AS (
         WHERE j.namespace = $1 AND j.kind = c.kind
           AND j.status IN ('succeeded', 'failed', 'cancelled')
           AND j.finished_at < c.cutoff
+          -- A child whose parent has not ended stays: the parent's next run reads
+          -- it (ctx.children). A scalar subquery, so its parent is looked up by
+          -- primary key per child, never hashed from a scan of the active jobs.
+          AND (j.parent_id IS NULL
+               OR coalesce((SELECT p.status FROM "acta".job AS p
+                            WHERE p.id = j.parent_id), 'gone') NOT IN ('ready', 'executing', 'waiting'))
         ORDER BY j.finished_at
         LIMIT $2
         FOR UPDATE OF j SKIP LOCKED
