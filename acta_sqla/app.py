@@ -237,5 +237,6 @@ class Acta:
         await self.set_policy(session, kind, paused=True)
 
     async def resume(self, session: AsyncSession, kind: str) -> None:
-        """Resume a paused kind: its queued jobs are claimed again."""
-        await self.reset_policy(session, kind, "paused")
+        """Resume a paused kind (paused by an operator or declared ``paused=True``): its
+        queued jobs are claimed again."""
+        await session.run_sync(lambda s: _session.resume_kind(s, self.namespace, kind))

@@ -205,6 +205,18 @@ def signal(session: Session, job_id: int, name: str, payload: object = None) -> 
     raise JobFinished(job_id, str(found[0]))
 
 
+def resume_kind(session: Session, namespace: str, kind: str) -> dict[str, Any]:
+    """Resume ``kind``: drop an operator's ``paused``, or, when the code declares the kind
+    paused, override it with ``paused=False`` (a later declaration is then the operator's
+    to lift again with ``reset``). Answers the overrides now stored."""
+    from . import queries
+
+    row = session.execute(queries.definition_for_update(namespace, kind)).first()
+    if row is not None and row[0].get("paused") is True:
+        return set_policy(session, namespace, kind, {"paused": False})
+    return set_policy(session, namespace, kind, {}, ["paused"])
+
+
 def set_policy(
     session: Session, namespace: str, kind: str, fields: dict[str, Any], reset: Sequence[str] = ()
 ) -> dict[str, Any]:

@@ -57,6 +57,12 @@ def _change(
 
     acta = Acta(namespace or _namespace(), allow_unknown_kinds=True)
     try:
+        if reset == ["paused"] and not fields:  # acta resume: also a kind declared paused
+            from ..session import resume_kind
+
+            return _run(
+                database_url, lambda s: s.run_sync(lambda ss: resume_kind(ss, acta.namespace, kind))
+            )
         if reset:
             return _run(database_url, lambda s: acta.reset_policy(s, kind, *reset))
         return _run(database_url, lambda s: acta.set_policy(s, kind, **fields))

@@ -570,8 +570,13 @@ class Worker:
                 )
                 policies[kind] = handler.policy
         changed = self.definitions_version >= 0 and defs.version != self.definitions_version
-        # Paused: any kind of the namespace an operator paused (handled here or not).
-        paused = sorted(k for k, o in defs.overrides.items() if o.get("paused") is True)
+        # Paused: any kind of the namespace declared paused or paused by an operator (handled
+        # here or not), the override winning over the declaration.
+        paused = sorted(
+            k
+            for k in defs.declared.keys() | defs.overrides.keys()
+            if {**defs.declared.get(k, {}), **defs.overrides.get(k, {})}.get("paused") is True
+        )
         if changed:
             for kind, policy in sorted(policies.items()):
                 before = self.policies.get(kind)

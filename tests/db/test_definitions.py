@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from acta_sqla import Acta, ConfigurationError, Context
 from acta_sqla import inspect as read
 from acta_sqla.store import WorkerStore
+from acta_sqla.testing import drain
 
 APP = Acta()
 
@@ -103,3 +104,50 @@ async def test_a_paused_kind_is_not_claimed(conn: asyncpg.Connection, store: Wor
     assert await store.next_due_in() is None  # the paused kind's due rows do not count
     store.paused = []
     assert sorted(j.kind for j in await store.claim_plain(10)) == ["paused", "paused"]
+
+
+HELD = Acta(namespace="held")
+
+
+@HELD.job(paused=True)
+async def launch(ctx: Context) -> str:
+    return "launched"
+
+
+async def test_a_kind_declared_paused_stays_queued_until_resumed(
+    db: str, conn: asyncpg.Connection, async_session: AsyncSession
+) -> None:
+    job = launch.job()
+    async_session.add(job)
+    await async_session.commit()
+    result = await drain(HELD, database_url=db)
+    assert result.claimed == 0  # declared paused: the worker's claim skips it
+    assert await conn.fetchval("SELECT status FROM acta.job WHERE id = $1", job.id) == "ready"
+    # Resumed (the declaration stays paused: the operator's override lifts it), it runs.
+    await HELD.resume(async_session, "launch")
+    await async_session.commit()
+    [(overrides,)] = await conn.fetch(
+        "SELECT overrides::text FROM acta.definition WHERE namespace = 'held'"
+    )
+    assert overrides == '{"paused": false}'
+    assert (await drain(HELD, database_url=db)).claimed == 1
+    assert await conn.fetchval("SELECT status FROM acta.job WHERE id = $1", job.id) == "succeeded"
+    # Reset, the declaration holds again.
+    await HELD.reset_policy(async_session, "launch", "paused")
+    await async_session.commit()
+    again = launch.job()
+    async_session.add(again)
+    await async_session.commit()
+    assert (await drain(HELD, database_url=db)).claimed == 0
+
+
+async def test_resuming_a_kind_an_operator_paused_drops_the_override(
+    conn: asyncpg.Connection, store: WorkerStore, async_engine: AsyncEngine
+) -> None:
+    await stored(conn, store)
+    async with AsyncSession(async_engine) as session:
+        await APP.pause(session, "mail")
+        await session.commit()
+        await APP.resume(session, "mail")
+        await session.commit()
+    assert await conn.fetchval("SELECT overrides::text FROM acta.definition") == "{}"
