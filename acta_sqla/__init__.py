@@ -36,6 +36,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Rate": (".policy", "Rate"),
     "Retry": (".errors", "Retry"),
     "UnknownJobKind": (".errors", "UnknownJobKind"),
+    "UniqueKeyHeld": (".errors", "UniqueKeyHeld"),
     "Worker": (".models", "Worker"),
     "Child": (".waits", "Child"),
     "InvalidSignal": (".errors", "InvalidSignal"),
@@ -72,6 +73,7 @@ __all__ = [
     "Policy",
     "Rate",
     "Retry",
+    "UniqueKeyHeld",
     "UnknownJobKind",
     "WaitForChildren",
     "WaitForSignal",
@@ -97,6 +99,7 @@ if TYPE_CHECKING:
     from .errors import LockUnavailable as LockUnavailable
     from .errors import PayloadTooLarge as PayloadTooLarge
     from .errors import Retry as Retry
+    from .errors import UniqueKeyHeld as UniqueKeyHeld
     from .errors import UnknownJobKind as UnknownJobKind
     from .handler import Handler as Handler
     from .handler import JobBatch as JobBatch

@@ -47,6 +47,22 @@ class DuplicateJob(ActaError):
         )
 
 
+class UniqueKeyHeld(DuplicateJob):
+    """A finished job cannot be retried while another job holds its unique key."""
+
+    def __init__(self, job_id: int, holder_id: int, namespace: str, unique_key: str) -> None:
+        ActaError.__init__(
+            self,
+            f"job {job_id} cannot be retried: job {holder_id} holds its unique_key="
+            f"{unique_key!r} in namespace {namespace!r} (ready, executing or waiting); cancel "
+            "that job or wait for it to finish, then retry",
+        )
+        self.namespace = namespace
+        self.unique_key = unique_key
+        self.job_id = job_id
+        self.holder_id = holder_id
+
+
 class JobNotFound(ActaError):
     """No job has this id (it never existed, or finished and was pruned)."""
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound
+from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound, UniqueKeyHeld
 from .handler import JobBatch, Rows
 from .status import JobStatus
 from .waits import MAX_SIGNAL_NAME
@@ -160,10 +160,17 @@ def cancel(session: Session, job_id: int) -> CancelOutcome:
 
 
 def retry(session: Session, job_id: int) -> bool:
-    """A finished job goes back to ``ready`` now with a fresh budget; False otherwise."""
+    """A finished job goes back to ``ready`` now with a fresh budget; False when it is not
+    finished (or missing); ``UniqueKeyHeld`` when another job holds its unique key (nothing
+    changed, the transaction stays usable)."""
     from . import queries
 
-    return session.execute(queries.retry_job(job_id)).first() is not None
+    if session.execute(queries.retry_job(job_id)).first() is not None:
+        return True
+    held = session.execute(queries.unique_key_holder(job_id)).first()
+    if held is not None:
+        raise UniqueKeyHeld(job_id, held[0], held[1], held[2])
+    return False
 
 
 def signal_payload(name: object, payload: object) -> str:

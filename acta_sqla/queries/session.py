@@ -24,7 +24,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB, insert
-from sqlalchemy.orm import attributes
+from sqlalchemy.orm import aliased, attributes
 
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Definition, Job, JobStatus, Namespace
 from ._render import ACTIVE
@@ -220,10 +220,21 @@ def lock_job_status(job_id: int) -> Any:
 def retry_job(job_id: int) -> Any:
     """An operator's retry: a finished job goes back to 'ready' now with a fresh budget,
     as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not one
-    that follows a wait). Signals it received stay. The only way out of a terminal state."""
+    that follows a wait). Signals it received stay. Not while another job holds its unique
+    key (:func:`unique_key_holder`). The only way out of a terminal state."""
+    holder = aliased(Job)
+    held = (
+        select(holder.id)
+        .where(
+            holder.namespace == Job.namespace,
+            holder.unique_key == Job.unique_key,
+            holder.status.in_(ACTIVE_STATUSES),
+        )
+        .exists()
+    )
     return (
         update(Job)
-        .where(Job.id == job_id, Job.status.in_(TERMINAL_STATUSES))
+        .where(Job.id == job_id, Job.status.in_(TERMINAL_STATUSES), ~held)
         .values(
             status=JobStatus.READY,
             run_at=func.now(),
@@ -236,6 +247,19 @@ def retry_job(job_id: int) -> Any:
             resumed=None,
         )
         .returning(Job.id)
+    )
+
+
+def unique_key_holder(job_id: int) -> Any:
+    """(holder id, namespace, unique key) when finished job ``job_id``'s unique key is held
+    by another, unfinished job: what keeps an operator's retry from it."""
+    holder = aliased(Job)
+    return select(holder.id, Job.namespace, Job.unique_key).where(
+        Job.id == job_id,
+        Job.status.in_(TERMINAL_STATUSES),
+        holder.namespace == Job.namespace,
+        holder.unique_key == Job.unique_key,
+        holder.status.in_(ACTIVE_STATUSES),
     )
 
 

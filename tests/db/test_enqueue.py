@@ -25,6 +25,7 @@ from acta_sqla import (
     Job,
     JobStatus,
     PayloadTooLarge,
+    UniqueKeyHeld,
     UnknownJobKind,
 )
 from acta_sqla.settings import MAX_ARGS_BYTES
@@ -261,6 +262,36 @@ async def test_enqueue_inserts_again_once_the_holder_is_terminal(
         (first.id, JobStatus.SUCCEEDED),
         (second.id, JobStatus.READY),
     ]
+
+
+async def test_retrying_a_finished_job_whose_key_is_held_says_which_job_holds_it(
+    async_session: AsyncSession, async_engine: AsyncEngine
+) -> None:
+    first = await acta.enqueue(async_session, send_welcome.job(user_id=1, unique_key="k"))
+    await async_session.commit()
+    await async_session.execute(
+        update(Job).where(Job.id == first.id).values(status=JobStatus.FAILED)
+    )
+    await async_session.commit()
+    second = await acta.enqueue(async_session, send_welcome.job(user_id=2, unique_key="k"))
+    await async_session.commit()
+    with pytest.raises(
+        UniqueKeyHeld, match=rf"job {first.id} cannot be retried: job {second.id} holds"
+    ):
+        await acta.retry(async_session, first.id)
+    # Nothing changed, and the transaction is still usable.
+    assert await acta.retry(async_session, second.id) is False  # not finished
+    await async_session.commit()
+    assert [(j.id, j.status) for j in await _jobs(async_engine)] == [
+        (first.id, JobStatus.FAILED),
+        (second.id, JobStatus.READY),
+    ]
+    # Once the holder has finished, the retry goes through.
+    await async_session.execute(
+        update(Job).where(Job.id == second.id).values(status=JobStatus.SUCCEEDED)
+    )
+    assert await acta.retry(async_session, first.id) is True
+    await async_session.commit()
 
 
 async def test_enqueue_without_a_unique_key_is_a_plain_add(

@@ -1205,8 +1205,11 @@ UPDATE acta.job SET cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(
 
 -- session.retry_job: An operator's retry: a finished job goes back to 'ready' now with a fresh
 --   budget, as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not
---   one that follows a wait). Signals it received stay. The only way out of a terminal state.
-UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+--   one that follows a wait). Signals it received stay. Not while another job holds its unique key
+--   (:func:`unique_key_holder`). The only way out of a terminal state.
+UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
+FROM acta.job AS job_1
+WHERE job_1.namespace = acta.job.namespace AND job_1.unique_key = acta.job.unique_key AND job_1.status IN (__[POSTCOMPILE_status_2]))) RETURNING acta.job.id;
 
 -- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
 --   (enqueue returns it).
@@ -1229,6 +1232,12 @@ UPDATE acta.job SET status=CASE WHEN (acta.job.status = %(status_1)s AND acta.jo
 SELECT acta.definition.kind
 FROM acta.definition
 WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.definition.kind;
+
+-- session.unique_key_holder: (holder id, namespace, unique key) when finished job ``job_id``'s
+--   unique key is held by another, unfinished job: what keeps an operator's retry from it.
+SELECT job_1.id, acta.job.namespace, acta.job.unique_key
+FROM acta.job AS job_1, acta.job
+WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND job_1.namespace = acta.job.namespace AND job_1.unique_key = acta.job.unique_key AND job_1.status IN (__[POSTCOMPILE_status_2]);
 
 -- session.write_overrides: Store a kind's overrides (the whole object, validated by the caller).
 UPDATE acta.definition SET overrides=%(overrides)s::JSONB, updated_at=now() WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR AND acta.definition.kind = %(kind_1)s::VARCHAR;

@@ -99,6 +99,7 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "session.cancel_waiting": lambda: session.cancel_waiting(1),
     "session.request_cancel": lambda: session.request_cancel(1),
     "session.job_status": lambda: session.job_status(1),
+    "session.unique_key_holder": lambda: session.unique_key_holder(1),
     "session.lock_job_status": lambda: session.lock_job_status(1),
     "session.retry_job": lambda: session.retry_job(1),
     "session.definition_for_update": lambda: session.definition_for_update("default", "k"),
