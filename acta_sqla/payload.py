@@ -59,20 +59,23 @@ def suspect(text: str, *, encoded_by_pydantic: bool = False) -> bool:
     return size > MAX_ARGS_INT_DIGITS and _LONG_DIGITS.search(text) is not None
 
 
-def _path(path: tuple[Any, ...]) -> str:
+def _path(path: tuple[Any, ...], root: str = "args") -> str:
     shown_path = path if len(path) <= 6 else (*path[:6], ...)
-    return "args" + "".join("[…]" if p is ... else f"[{shown(p, 40)}]" for p in shown_path)
+    return root + "".join("[…]" if p is ... else f"[{shown(p, 40)}]" for p in shown_path)
 
 
-def explain(kind: str, args: Any, where: str = "", *, types: bool = True) -> None:
+def explain(
+    kind: str, args: Any, where: str = "", *, types: bool = True, root: str = "args"
+) -> None:
     """Raise ``InvalidJobArgs`` for the first problem in ``args`` (document order); return
     when there is none. ``types=False`` skips the is-it-JSON check, for raw input that
     pydantic converts by the handler's signature (a ``datetime`` argument becomes text).
-    Iterative, so no nesting depth reaches Python's recursion limit."""
+    ``root`` names the value in the message (a signal's ``payload``). Iterative, so no
+    nesting depth reaches Python's recursion limit."""
 
     def refuse(path: tuple[Any, ...], problem: str) -> NoReturn:
         sep = "" if problem.startswith("=") else " "
-        raise InvalidJobArgs(f"{kind}: {where}{_path(path)}{sep}{problem}")
+        raise InvalidJobArgs(f"{kind}: {where}{_path(path, root)}{sep}{problem}")
 
     stack: list[tuple[Any, int, tuple[Any, ...]]] = [(args, 1, ())]
     while stack:
@@ -94,7 +97,7 @@ def explain(kind: str, args: Any, where: str = "", *, types: bool = True) -> Non
             if depth > MAX_ARGS_DEPTH:
                 refuse(
                     path[:1],
-                    f"is nested deeper than {MAX_ARGS_DEPTH} levels (the args "
+                    f"is nested deeper than {MAX_ARGS_DEPTH} levels (the {root} "
                     "object is level 1; or it contains itself), which the worker's JSON "
                     "parser cannot load; flatten it, or store the data in your own table "
                     "and pass its id",
@@ -131,7 +134,7 @@ def explain(kind: str, args: Any, where: str = "", *, types: bool = True) -> Non
             refuse(
                 path,
                 f"={shown(value)} is not JSON-serializable (type "
-                f"{type(value).__name__}); args hold dict, list, str, int, float, bool and "
+                f"{type(value).__name__}); {root} hold dict, list, str, int, float, bool and "
                 "None: pass ids or ISO strings instead of objects",
             )
 

@@ -178,23 +178,25 @@ def signal_payload(name: object, payload: object) -> str:
     what is wrong."""
     import json
 
+    from .payload import explain
+    from .policy import Refused, check_key
+
     if not isinstance(name, str) or not name or len(name) > MAX_SIGNAL_NAME:
         raise InvalidSignal(
             f"signal name must be a non-empty string of at most {MAX_SIGNAL_NAME} characters, "
             f"got {name!r}"
         )
     try:
-        text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidSignal(
-            f"signal {name!r}: payload must be JSON (dict, list, str, int, float, bool or "
-            f"None): {exc}"
-        ) from None
-    if "\\u0000" in text:
-        raise InvalidSignal(
-            f"signal {name!r}: payload holds a NUL character, which PostgreSQL cannot store"
-        )
-    return text
+        check_key(name)  # no NUL, no lone surrogate
+    except Refused as why:
+        raise InvalidSignal(f"signal name {name!r} {why}") from None
+    try:
+        # The args' own checks (NUL, lone surrogates, depth, huge integers, NaN, types),
+        # iterative: whatever PostgreSQL or the worker could not take is refused here.
+        explain(f"signal {name!r}", payload, root="payload")
+    except InvalidJob as exc:
+        raise InvalidSignal(str(exc)) from None
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
 def signal(session: Session, job_id: int, name: str, payload: object = None) -> str:

@@ -188,11 +188,54 @@ async def test_signalling_a_finished_or_missing_job_raises_and_changes_nothing(
         await signal(async_engine, job.id, "approved")
     with pytest.raises(JobNotFound, match="no job with id 999999"):
         await signal(async_engine, 999999, "approved")
-    with pytest.raises(InvalidSignal, match="payload must be JSON"):
+    with pytest.raises(InvalidSignal, match=r"payload=<object .*> is not JSON-serializable"):
         await signal(async_engine, job.id, "approved", object())
     with pytest.raises(InvalidSignal, match="signal name must be a non-empty string"):
         await signal(async_engine, job.id, "")
     assert (await row(conn, job.id))["signals"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "payload", "message"),
+    [
+        ("go", {"a": "x\ud800"}, r"signal 'go': payload\['a'\] contains a lone surrogate"),
+        ("go", {"a\x00": 1}, r"signal 'go': payload has a key 'a\\x00' holding a NUL"),
+        ("a\x00", 1, r"signal name 'a\\x00' contains a NUL character"),
+        ("a\ud800", 1, r"signal name 'a\\ud800' contains a lone surrogate"),
+        ("go", float("nan"), r"payload=nan is not JSON-serializable"),
+        ("go", 10**4300, r"payload is an integer of more than"),
+    ],
+    ids=["surrogate", "nul-key", "nul-name", "surrogate-name", "nan", "huge-int"],
+)
+async def test_a_signal_postgresql_or_the_worker_could_not_take_is_refused_before_the_database(
+    conn: asyncpg.Connection,
+    store: WorkerStore,
+    async_engine: AsyncEngine,
+    name: str,
+    payload: object,
+    message: str,
+) -> None:
+    job = await claim_one(conn, store)
+    async with AsyncSession(async_engine) as session:
+        with pytest.raises(InvalidSignal, match=message):
+            await APP.signal(session, job.id, name, payload)
+        # Nothing sent; the transaction goes on.
+        assert await APP.signal(session, job.id, "fine", {"path": "C:\\u0000"}) == "executing"
+        await session.commit()
+    assert json.loads((await row(conn, job.id))["signals"]) == {"fine": {"path": "C:\\u0000"}}
+
+
+async def test_a_signal_nested_past_the_limit_is_refused_without_recursing(
+    conn: asyncpg.Connection, store: WorkerStore, async_engine: AsyncEngine
+) -> None:
+    job = await claim_one(conn, store)
+    deep: dict[str, object] = {}
+    inner = deep
+    for _ in range(5000):  # past Python's recursion limit as well as acta's depth limit
+        inner["a"] = {}
+        inner = inner["a"]  # type: ignore[assignment]
+    with pytest.raises(InvalidSignal, match=r"payload\['a'\] is nested deeper than"):
+        await signal(async_engine, job.id, "deep", deep)
 
 
 async def test_the_heartbeat_wakes_a_signal_wait_past_its_deadline(
