@@ -263,10 +263,21 @@ class Handler(Generic[P, R]):
         if policy.unique_key or policy.lane or policy.concurrency_key or policy.rate:
             dumped = [json.loads(text) for text in encoded]
 
-        def keys(template: str | None, what: str) -> list[str | None] | None:
+        def keys(template: str | None, what: str, column: str) -> list[str | None] | None:
+            """Each job's key, rendered and checked by the rule ``handler.job()`` applies
+            (through ``Job``'s validators): an empty or unstorable key is refused here too."""
             if template is None or dumped is None:
                 return None
-            return [render_key(template, d, what, self.kind) for d in dumped]
+            rule = Job._COLUMN_RULES.get(column)
+            rendered = []
+            for i, d in enumerate(dumped):
+                key = render_key(template, d, what, self.kind)
+                if key is not None:
+                    job_option(f"{self.kind}: job {i}", column, key, check=rule)
+                rendered.append(key)
+            return rendered
+
+        from .models import Job
 
         return JobBatch(
             namespace=self.acta.namespace,
@@ -276,11 +287,11 @@ class Handler(Generic[P, R]):
             run_at=parsed.get("run_at"),
             delay=parsed.get("delay"),
             max_attempts=parsed.get("max_attempts"),
-            unique_keys=keys(policy.unique_key, "unique_key"),
-            lane_keys=keys(policy.lane, "lane"),
-            concurrency_keys=keys(policy.concurrency_key, "concurrency_key"),
+            unique_keys=keys(policy.unique_key, "unique_key", "unique_key"),
+            lane_keys=keys(policy.lane, "lane", "lane_key"),
+            concurrency_keys=keys(policy.concurrency_key, "concurrency_key", "concurrency_key"),
             rate_keys=(
-                keys(policy.rate_key, "rate_key") or [self.kind] * len(encoded)
+                keys(policy.rate_key, "rate_key", "rate_key") or [self.kind] * len(encoded)
                 if policy.rate
                 else None
             ),

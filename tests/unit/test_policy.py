@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from acta_sqla import Acta, ConfigurationError, Context, InvalidJobArgs, Policy
+from acta_sqla import Acta, ConfigurationError, Context, InvalidJob, InvalidJobArgs, Policy
 from acta_sqla.policy import Rate, render_key, template_fields
 from acta_sqla.settings import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_SECONDS
 
@@ -96,6 +96,22 @@ def test_key_templates() -> None:
     assert render_key(None, {}, "lane", "k") is None
     with pytest.raises(InvalidJobArgs, match="needs argument 'customer_id'"):
         render_key("customer:{customer_id}", {}, "concurrency_key", "charge")
+
+
+@pytest.mark.parametrize(
+    ("option", "column"),
+    [("unique_key", "unique_key"), ("lane", "lane_key"), ("concurrency_key", "concurrency_key")],
+)
+def test_a_rendered_key_is_checked_alike_by_job_and_jobs(option: str, column: str) -> None:
+    local = Acta(namespace="keys")
+
+    @local.job(**{option: "{name}"})
+    async def greet(ctx: Context, name: str) -> None: ...
+
+    with pytest.raises(InvalidJob, match=rf"greet: {column}='' must be a non-empty string"):
+        greet.job(name="")
+    with pytest.raises(InvalidJob, match=rf"greet: job 1: {column}='' must be a non-empty"):
+        greet.jobs([{"name": "a"}, {"name": ""}])
 
 
 def test_a_key_template_naming_an_unknown_parameter_fails_at_registration() -> None:
