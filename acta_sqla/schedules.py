@@ -211,20 +211,28 @@ def successor_feature(
 
 
 async def resume(conn: Any, schema: str, namespace: str, name: str) -> datetime | None:
-    """Resume a paused schedule and enqueue its next fire (by its missed policy, from its
-    latest fire), in one transaction on an asyncpg connection; the new fire's tick, or None
-    if the schedule does not exist. A worker's code is not needed: the stored cron is."""
+    """Resume a paused schedule and give it its next fire (by its missed policy, from its
+    latest fire that started), in one transaction on an asyncpg connection, under the
+    schedule's lock; the pending fire's tick, or None if the schedule does not exist. A
+    schedule that has a pending fire already (it was not paused) keeps it. The fire a pause
+    cancelled is not a fire that happened: when the next tick is that fire's, the fire is
+    made ready again. A worker's code is not needed: the stored cron is."""
     from .queries import schedules as q
 
     async with conn.transaction():
+        await conn.fetch(q.lock_schedules(schema), namespace, [name])
         row = await conn.fetchrow(q.schedule_row(schema), namespace, name)
         if row is None:
             return None
+        await conn.fetch(q.resume_schedule(schema), namespace, name)
+        if row["pending_tick"] is not None:
+            pending: datetime = row["pending_tick"]
+            return pending
         spec = Schedule(row["name"], row["cron"], row["kind"], row["timezone"], {}, row["missed"])
         now = row["now"]  # the database's clock, not this host's
         last = row["last_tick"]
         tick = spec.first(now) if last is None else spec.successor(last, now)
-        await conn.fetch(q.resume_schedule(schema), namespace, name)
-        await conn.fetch(q.lock_schedules(schema), namespace, [name])
-        inserted = await conn.fetch(q.enqueue_fires(schema), namespace, [name], [tick])
-    return inserted[0][1] if inserted else tick
+        if await conn.fetch(q.revive_fire(schema), namespace, name, tick):
+            return tick
+        await conn.fetch(q.enqueue_fires(schema), namespace, [name], [tick])
+    return tick

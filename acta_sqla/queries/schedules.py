@@ -162,15 +162,34 @@ def list_schedules(schema: str) -> str:
 
 
 def schedule_row(schema: str) -> str:
-    """One stored schedule ($1 namespace, $2 name), its latest fire's tick, and the
+    """One stored schedule ($1 namespace, $2 name) for ``acta schedules resume``: its latest
+    fire that was not cancelled before it started (``last_tick``: a pause cancels the
+    pending fire, which must not count as fired), its pending fire's tick, if any, and the
     database's ``now()`` (its next fire is computed against the database clock)."""
     s = quote(schema)
     return f"""
         SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args,
                sc.missed, sc.enabled,
                (SELECT max(j.scheduled_at) FROM {s}.job AS j
-                WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+                WHERE j.namespace = $1 AND j.schedule_name = sc.name
+                  AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick,
+               (SELECT min(j.scheduled_at) FROM {s}.job AS j
+                WHERE j.namespace = $1 AND j.schedule_name = sc.name
+                  AND j.status IN {ACTIVE}) AS pending_tick
         FROM {s}.schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2"""
+
+
+def revive_fire(schema: str) -> str:
+    """``acta schedules resume``: the fire of tick $3 of schedule $2 (namespace $1) that was
+    cancelled before it started (by the pause) is ready again, due at its tick (a tick is
+    unique for good, so it cannot be enqueued anew). Answers its tick."""
+    s = quote(schema)
+    return f"""
+        UPDATE {s}.job AS j SET status = 'ready', finished_at = NULL, cancel_requested = false,
+                                run_at = $3
+        WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.scheduled_at = $3
+          AND j.status = 'cancelled' AND j.attempts = 0
+        RETURNING j.scheduled_at"""
 
 
 def pause_schedule(schema: str) -> str:

@@ -266,3 +266,24 @@ async def test_pausing_or_dropping_a_schedule_cancels_a_fire_queued_in_its_lane(
         assert await conn.fetchval(fire) == "cancelled"
     finally:
         await store.close()
+
+
+YEARLY = APP.schedule("yearly", "0 0 1 1 *", tick, args={"label": "y"})
+"""Its coming tick is months away: a pause and a resume in a test never straddle it."""
+
+
+async def test_resuming_a_paused_schedule_brings_back_the_fire_the_pause_cancelled(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    await store.store_schedules([YEARLY])
+    [(_, coming)] = await store.ensure_fires({"yearly": YEARLY})
+    # Resuming a schedule that is not paused keeps its pending fire and says which it is.
+    assert await schedules.resume(conn, "acta", "default", "yearly") == coming
+    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    assert [s for _, _, s in await fires(conn)] == ["cancelled"]
+    # The coming tick did not pass while paused: the resumed schedule fires it after all
+    # (the tick is unique for good: the cancelled fire is made ready again).
+    assert await schedules.resume(conn, "acta", "default", "yearly") == coming
+    assert await fires(conn) == [("yearly", coming, "ready")]
+    assert await conn.fetchval("SELECT run_at FROM acta.job") == coming
+    assert await store.ensure_fires({"yearly": YEARLY}) == []  # one chain

@@ -1091,6 +1091,15 @@ SELECT name FROM paused;
 UPDATE "acta".schedule SET enabled = true WHERE namespace = $1 AND name = $2
 RETURNING name;
 
+-- schedules.revive_fire: ``acta schedules resume``: the fire of tick $3 of schedule $2 (namespace
+--   $1) that was cancelled before it started (by the pause) is ready again, due at its tick (a tick
+--   is unique for good, so it cannot be enqueued anew). Answers its tick.
+UPDATE "acta".job AS j SET status = 'ready', finished_at = NULL, cancel_requested = false,
+                        run_at = $3
+WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.scheduled_at = $3
+  AND j.status = 'cancelled' AND j.attempts = 0
+RETURNING j.scheduled_at;
+
 -- schedules.run_schedule_now: ``acta schedules run``: one extra fire of schedule $2 of namespace
 --   $1, due now, its ``scheduled_at`` now. Not part of the chain (no ``schedule_name``): the
 --   cadence is not disturbed. Answers the new job's id.
@@ -1099,12 +1108,18 @@ SELECT sc.namespace, sc.kind, sc.args, now(), sc.priority, sc.concurrency_key, s
 WHERE sc.namespace = $1 AND sc.name = $2
 RETURNING id;
 
--- schedules.schedule_row: One stored schedule ($1 namespace, $2 name), its latest fire's tick, and
+-- schedules.schedule_row: One stored schedule ($1 namespace, $2 name) for ``acta schedules
+--   resume``: its latest fire that was not cancelled before it started (``last_tick``: a pause
+--   cancels the pending fire, which must not count as fired), its pending fire's tick, if any, and
 --   the database's ``now()`` (its next fire is computed against the database clock).
 SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.args::text AS args,
        sc.missed, sc.enabled,
        (SELECT max(j.scheduled_at) FROM "acta".job AS j
-        WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+        WHERE j.namespace = $1 AND j.schedule_name = sc.name
+          AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick,
+       (SELECT min(j.scheduled_at) FROM "acta".job AS j
+        WHERE j.namespace = $1 AND j.schedule_name = sc.name
+          AND j.status IN ('ready', 'executing', 'waiting')) AS pending_tick
 FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 
 -- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
