@@ -185,8 +185,13 @@ class Acta:
 
     async def retry(self, session: AsyncSession, job_id: int) -> bool:
         """Send a finished job (succeeded, failed or cancelled) back to ``ready`` now with a
-        fresh failure budget; False when the job is not finished (or does not exist)."""
+        fresh failure budget; False when the job is not finished (or does not exist);
+        ``UniqueKeyHeld`` while another job holds its unique key."""
         return await session.run_sync(lambda s: _session.retry(s, job_id))
+
+    def retry_sync(self, session: Session, job_id: int) -> bool:
+        """``retry`` for a synchronous ``Session``."""
+        return _session.retry(session, job_id)
 
     async def signal(
         self, session: AsyncSession, job_id: int, name: str, payload: Any = None
@@ -230,6 +235,14 @@ class Acta:
 
     def reset_policy_sync(self, session: Session, kind: str, *names: str) -> dict[str, Any]:
         return _session.set_policy(session, self.namespace, kind, {}, list(names) or ["*"])
+
+    def pause_sync(self, session: Session, kind: str) -> None:
+        """``pause`` for a synchronous ``Session``."""
+        _session.set_policy(session, self.namespace, kind, {"paused": True})
+
+    def resume_sync(self, session: Session, kind: str) -> None:
+        """``resume`` for a synchronous ``Session``."""
+        _session.resume_kind(session, self.namespace, kind)
 
     async def pause(self, session: AsyncSession, kind: str) -> None:
         """Pause ``kind``: its jobs stay queued and unclaimed until :meth:`resume` (running

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
 
 from acta_sqla import Acta, ConfigurationError, Context
 from acta_sqla import inspect as read
@@ -151,3 +152,22 @@ async def test_resuming_a_kind_an_operator_paused_drops_the_override(
         await APP.resume(session, "mail")
         await session.commit()
     assert await conn.fetchval("SELECT overrides::text FROM acta.definition") == "{}"
+
+
+async def test_the_sync_twins_pause_resume_and_retry(
+    conn: asyncpg.Connection, store: WorkerStore, sync_session: Session
+) -> None:
+    await stored(conn, store)
+    APP.pause_sync(sync_session, "mail")
+    sync_session.commit()
+    assert await conn.fetchval("SELECT overrides::text FROM acta.definition") == '{"paused": true}'
+    APP.resume_sync(sync_session, "mail")
+    sync_session.commit()
+    assert await conn.fetchval("SELECT overrides::text FROM acta.definition") == "{}"
+    job_id = await conn.fetchval(
+        "INSERT INTO acta.job (kind, status, finished_at) VALUES ('mail', 'failed', now()) "
+        "RETURNING id"
+    )
+    assert APP.retry_sync(sync_session, job_id) is True
+    sync_session.commit()
+    assert await conn.fetchval("SELECT status FROM acta.job WHERE id = $1", job_id) == "ready"
