@@ -15,6 +15,7 @@ Nothing in the core or the worker imports this module: FastAPI is never needed t
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -156,12 +157,20 @@ async def in_process_worker(
     """
     from .worker import Worker
 
+    # As `acta worker --grace`: NaN compares false with everything (it would pass ``< 0``
+    # and then end the grace at once); inf lets running handlers run to their end.
+    if math.isnan(grace) or grace < 0:
+        raise ConfigurationError(f"in_process_worker(grace={grace:g}): must be >= 0 seconds")
+    # As `acta worker --executors`, whether the settings are given or read: model_copy
+    # (update=...) below does not validate what it sets.
+    if executors is not None and (not isinstance(executors, int) or not 1 <= executors <= 1024):
+        raise ConfigurationError(
+            f"in_process_worker(executors={executors!r}): must be between 1 and 1024"
+        )
     if settings is None:
         settings = load_settings(namespace=acta.namespace, executors=executors)
     elif executors is not None:
         settings = settings.model_copy(update={"executors": executors})
-    if grace < 0:
-        raise ConfigurationError(f"in_process_worker(grace={grace:g}): must be >= 0 seconds")
     worker = Worker(acta, settings, grace=grace)
     task = asyncio.create_task(worker.run(), name=f"acta-worker-{acta.namespace}")
     stopping = False

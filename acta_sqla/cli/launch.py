@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import math
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from loguru import logger
 
 from ..app import Acta
 from ..errors import ConfigurationError, WorkerCrashed
-from ..settings import DEFAULT_GRACE_SECONDS, load_settings
+from ..settings import DEFAULT_GRACE_SECONDS, environment, load_settings
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,10 @@ def worker_options(args: list[str]) -> WorkerOptions | None:
                 inline = args[i]
             if not inline or inline.startswith("-"):
                 return None  # a value like an option: let Click decide what it means
+            if field == "executors" and not (inline.isascii() and inline.isdigit()):
+                return None  # int() reads "٣" as 3 where Typer (pydantic) refuses it
+            if field == "grace" and not inline.isascii():
+                return None  # as above: float() reads Unicode digits, Typer does not
             try:
                 value = {"executors": int, "grace": float}.get(field, str)(inline)
             except ValueError:
@@ -78,12 +83,18 @@ def worker_options(args: list[str]) -> WorkerOptions | None:
 
 def serve(options: WorkerOptions) -> None:
     """Run the worker the options describe until SIGTERM/SIGINT (both paths)."""
-    acta = load_app(options.app)
     executors, grace = options.executors, options.grace
     if executors is not None and not 1 <= executors <= 1024:
         raise ConfigurationError(f"--executors {executors}: must be between 1 and 1024")
-    if grace < 0:
+    # NaN compares false with everything: it would pass ``< 0`` and then end the grace at
+    # once. inf is a grace (running handlers may run to their end, each bounded by its own
+    # timeout; a second signal still cancels them), as a large finite number would be.
+    if math.isnan(grace) or grace < 0:
         raise ConfigurationError(f"--grace {grace:g}: must be >= 0 seconds")
+    # ACTA_APP is a setting like the others: the environment (Typer's envvar, or the plain
+    # path's own reading) or else the .env file of the current folder. Read raw, not with
+    # load_settings(): run_worker validates the other settings, once.
+    acta = load_app(options.app or environment().get("app"))
     runner = _runner()
     runner(
         run_worker(
@@ -111,7 +122,7 @@ def load_app(spec: str | None) -> Acta:
     if not spec:
         raise ConfigurationError(
             "no app given: pass --app module:attribute (e.g. --app myproject.jobs:acta) or set "
-            "ACTA_APP"
+            "ACTA_APP (in the environment or .env)"
         )
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -161,9 +172,9 @@ async def run_worker(
         name = signal.Signals(signum).name
         if signals == 1:
             logger.bind(stage="worker").info(
-                "{} received: stopping (running handlers get {:g}s; send again to cancel them)",
+                "{} received: stopping (running handlers get {}; send again to cancel them)",
                 name,
-                grace,
+                f"{grace:g}s" if math.isfinite(grace) else "as long as they need",
             )
             worker.request_stop()
         else:

@@ -257,6 +257,52 @@ async def test_a_worker_that_cannot_start_fails_the_apps_start_up(
             pytest.fail("the block must not run")
 
 
+@pytest.mark.parametrize("executors", [0, -1, 1025, 5000])
+@pytest.mark.parametrize("given_settings", [True, False], ids=["settings", "environment"])
+async def test_executors_out_of_range_are_refused_with_or_without_settings(
+    sql: Sql, db: str, executors: int, given_settings: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``executors=`` is checked as ``acta worker --executors`` is (1..1024), whether the
+    settings are the caller's or read from the environment."""
+    monkeypatch.setenv("ACTA_DATABASE_URL", db)
+    settings = load_settings(database_url=db, namespace=NAMESPACE) if given_settings else None
+    with pytest.raises(ConfigurationError) as caught:
+        async with in_process_worker(acta, settings=settings, executors=executors):
+            pytest.fail("the block must not run")
+    assert str(caught.value) == (
+        f"in_process_worker(executors={executors}): must be between 1 and 1024"
+    )
+    assert sql("SELECT count(*) FROM acta.worker") == [(0,)]
+
+
+async def test_executors_given_with_settings_override_them(db: str) -> None:
+    settings = load_settings(database_url=db, namespace=NAMESPACE, executors=2)
+    async with in_process_worker(acta, settings=settings, executors=3) as worker:
+        assert worker.executors_count == 3
+        assert worker.settings.executors == 3
+
+
+@pytest.mark.parametrize("grace", [float("nan"), -float("nan"), -1.0])
+async def test_a_nan_or_negative_grace_is_refused(sql: Sql, db: str, grace: float) -> None:
+    """A NaN grace compares false with everything: it would be a grace of 0 (running
+    handlers interrupted at once) while claiming otherwise."""
+    settings = load_settings(database_url=db, namespace=NAMESPACE, executors=1)
+    with pytest.raises(ConfigurationError) as caught:
+        async with in_process_worker(acta, settings=settings, grace=grace):
+            pytest.fail("the block must not run")
+    assert str(caught.value) == f"in_process_worker(grace={grace:g}): must be >= 0 seconds"
+    assert sql("SELECT count(*) FROM acta.worker") == [(0,)]
+
+
+async def test_an_unlimited_grace_is_a_grace(sql: Sql, db: str) -> None:
+    """grace=inf: running handlers may run to their end at shutdown (each still bounded by
+    its own timeout)."""
+    settings = load_settings(database_url=db, namespace=NAMESPACE, executors=1)
+    async with in_process_worker(acta, settings=settings, grace=float("inf")) as worker:
+        assert worker.grace == float("inf")
+    assert sql("SELECT status FROM acta.worker") == [("stopped",)]
+
+
 # ---------------------------------------------------------------- examples/fastapi_app.py
 
 

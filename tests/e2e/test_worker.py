@@ -6,7 +6,10 @@ import signal
 import subprocess
 from collections import Counter
 
+import pytest
+
 from tests.harness import acta_command, insert_jobs, read_runs, worker_env
+from tests.harness import run_acta as harness_run_acta
 from tests.waiting import wait_for
 
 
@@ -193,3 +196,30 @@ def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, runs_log) -
         assert (e1, e2, j1) == ("start", "end", j2)
     assert {j for _, j in events} == set(ids)
     assert sql("SELECT count(*) FROM acta.lock") == [(0,)]
+
+
+# `acta worker -aX` (a short option with its value attached) is not a plain form: it goes to
+# the Typer command. Each of these runs once per path.
+PATHS = {"plain": ("--app", "tests.e2e.app:acta"), "typer": ("-atests.e2e.app:acta",)}
+
+
+@pytest.mark.parametrize("args", [("--burst",), ("--no-burst", "--burst")], ids=["plain", "typer"])
+def test_the_app_named_in_dotenv_is_served(db, sql, tmp_path, args) -> None:  # type: ignore[no-untyped-def]
+    """ACTA_APP is a setting like any other: read from the environment or from the `.env`
+    file of the folder `acta worker` starts in (a repeated option goes to Typer)."""
+    [job_id] = enqueue(sql, "work", 1, '{"n": 3}')
+    (tmp_path / ".env").write_text("ACTA_APP=tests.e2e.app:acta\n")
+    done = harness_run_acta(db, "e2e", tmp_path, "worker", *args)
+    assert done.returncode == 0, done.stderr
+    assert sql("SELECT status FROM acta.job WHERE id = %s", job_id) == [("succeeded",)]
+
+
+@pytest.mark.parametrize("app", PATHS.values(), ids=PATHS.keys())
+@pytest.mark.parametrize("grace", ["nan", "NaN"])
+def test_a_nan_grace_is_one_line_and_exit_2(db, sql, tmp_path, app, grace) -> None:  # type: ignore[no-untyped-def]
+    """A NaN grace would be a grace of 0 (every comparison with it is false): running
+    handlers interrupted at the first signal. Refused before the worker starts."""
+    done = harness_run_acta(db, "e2e", tmp_path, "worker", *app, "--burst", "--grace", grace)
+    assert done.returncode == 2
+    assert done.stderr == "acta worker: --grace nan: must be >= 0 seconds\n"
+    assert sql("SELECT count(*) FROM acta.worker") == [(0,)]
