@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from loguru import logger
@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import inspect
+from ..errors import ActaError, DatabaseUnavailable, StoreUnavailable, UniqueKeyHeld
 from ..status import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from . import actions
 from .security import AUTH_COOKIE, CSRF_FIELD, SID_COOKIE, Keys, new_sid
@@ -44,6 +45,8 @@ BATCH = 1000
 of that many single-job operations stays short; the page says to click again for more)."""
 
 PAGE_SIZE = 50
+MAX_ID = 2**63 - 1
+"""The largest job id there can be (a bigint): a bigger one is refused before a query."""
 STATEMENT_TIMEOUT_MS = 5000
 """No page may hold the database longer than this (a filter no index serves fails with a
 message instead of scanning on)."""
@@ -222,11 +225,28 @@ class Ctx:
         self.root = request.scope.get("root_path", "")
 
     def url(self, name: str, /, query: dict[str, Any] | None = None, **path: Any) -> str:
-        url = self.root + str(self.request.app.url_path_for(name, **path))
         params = {k: v for k, v in (query or {}).items() if v not in (None, "")}
         if self.namespace != self.config.namespace:
             params.setdefault("ns", self.namespace)
-        return url + ("?" + urlencode(params) if params else "")
+        return self.path(name, **path) + ("?" + urlencode(params) if params else "")
+
+    def path(self, name: str, /, **path: Any) -> str:
+        """The path of route ``name``, under the mount point. A name in a path (a lane, a
+        key, a schedule, a kind) may hold any character: percent-encoded, "/" included,
+        it stays one segment of the link, which the router decodes back (the routes that
+        take such a name match it with ":path")."""
+        if name != "static":
+            path = {k: _segment(v) if isinstance(v, str) else v for k, v in path.items()}
+        return self.root + str(self.request.app.url_path_for(name, **path))
+
+    def here(self) -> str:
+        """This request's path, built again from its route (Starlette's decoded
+        ``request.url.path`` would turn a lane named "50%25" into one named "50%")."""
+        route = self.request.scope.get("route")
+        name = getattr(route, "name", None)
+        if not name:
+            return _segment(self.request.scope["path"], safe="/")
+        return self.path(name, **self.request.path_params)
 
     def render(self, template: str, status_code: int = 200, **values: Any) -> HTMLResponse:
         values.setdefault("message", MESSAGES.get(self.request.query_params.get("msg", "")))
@@ -262,6 +282,11 @@ class Ctx:
 
     def redirect(self, url: str) -> Response:
         return self.finish(RedirectResponse(url, status_code=303))
+
+
+def _segment(value: str, safe: str = "") -> str:
+    """``value`` percent-encoded for a URL path; ":" and "@" stay readable."""
+    return quote(value, safe=safe + ":@")
 
 
 SECURITY_HEADERS = {
@@ -305,7 +330,7 @@ def page(config: Config, handler: Handler, *, action: bool = False) -> Any:
         if not _authenticated(ctx):
             if action:
                 return ctx.render("error.html", 401, error="Log in first.")
-            return ctx.redirect(ctx.url("login", query={"next": request.url.path}))
+            return ctx.redirect(ctx.url("login", query={"next": ctx.here()}))
         if action:
             form = await request.form()
             ctx.form = form  # type: ignore[attr-defined]
@@ -326,6 +351,11 @@ def page(config: Config, handler: Handler, *, action: bool = False) -> Any:
         except _database_errors() as exc:
             log.warning("{} {}: {}", request.method, request.url.path, _describe(exc))
             return ctx.render("error.html", 503, error=f"Database error: {_describe(exc)}")
+        except ActaError as exc:
+            # acta refused what was asked (e.g. a retry while another job holds the unique
+            # key): its message says why and what to do; the transaction was rolled back.
+            log.warning("{} {}: {}", request.method, request.url.path, exc)
+            return ctx.render("error.html", 409, error=str(exc))
 
     return endpoint
 
@@ -348,7 +378,7 @@ def _csrf_refused(ctx: Ctx) -> Response:
 def _database_errors() -> tuple[type[BaseException], ...]:
     from sqlalchemy import exc as sa_exc
 
-    return (sa_exc.DBAPIError, OSError)
+    return (sa_exc.DBAPIError, OSError, DatabaseUnavailable, StoreUnavailable)
 
 
 def _describe(exc: BaseException) -> str:
@@ -363,12 +393,31 @@ def _client(ctx: Ctx) -> str:
 
 
 def _int(value: Any, what: str) -> int | None:
+    """A job id typed in a box or carried in a link: 1 to ``MAX_ID``, else ``BadInput``."""
     if value in (None, ""):
         return None
+    text = str(value).strip()
     try:
-        return int(value)
+        number: int | None = int(text)
     except ValueError:
-        raise BadInput(f"{what} must be a whole number, got {value!r}") from None
+        if not text.lstrip("+-").isdecimal():
+            raise BadInput(f"{what} must be a whole number, got {value!r}") from None
+        number = None  # more digits than int() takes: far beyond any id
+    if number is None or not 1 <= number <= MAX_ID:
+        raise BadInput(f"{what} must be a job id from 1 to {MAX_ID}, got {value!r}")
+    return number
+
+
+def _path_id(ctx: Ctx) -> int | None:
+    """The job id of the path (digits, the route says); None when no job can have it."""
+    job_id = int(ctx.request.path_params["job_id"])
+    return job_id if 1 <= job_id <= MAX_ID else None
+
+
+def _no_job(ctx: Ctx) -> Response:
+    return ctx.render(
+        "error.html", 404, error=f"No job with id {ctx.request.path_params['job_id']}."
+    )
 
 
 def _status(value: Any) -> JobStatus | None:
@@ -409,9 +458,9 @@ def _routes(config: Config) -> list[Any]:
         get("/keys", keys, "keys"),
         get("/keys/{key:path}", key, "key"),
         get("/schedules", schedules, "schedules"),
-        post("/schedules/{name:str}/{op:str}", schedule_action, "schedule_action"),
+        post("/schedules/{name:path}/{op:str}", schedule_action, "schedule_action"),
         get("/definitions", definitions, "definitions"),
-        post("/definitions/{kind:str}/{op:str}", definition_action, "definition_action"),
+        post("/definitions/{kind:path}/{op:str}", definition_action, "definition_action"),
         Route("/login", _login(config), methods=["GET", "POST"], name="login"),
         Route("/logout", _logout(config), methods=["POST"], name="logout"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -504,7 +553,9 @@ async def jobs(ctx: Ctx, session: AsyncSession) -> Response:
 
 
 async def job(ctx: Ctx, session: AsyncSession) -> Response:
-    job_id = int(ctx.request.path_params["job_id"])
+    job_id = _path_id(ctx)
+    if job_id is None:
+        return _no_job(ctx)
     detail = await inspect.job_detail(session, job_id)
     if detail is None:
         return ctx.render("error.html", 404, error=f"No job with id {job_id}.")
@@ -610,7 +661,7 @@ def _confirm(ctx: Ctx, question: str, button: str, back: str) -> Response:
         "confirm.html",
         question=question,
         button=button,
-        action=ctx.request.url.path,
+        action=ctx.here(),
         query=ctx.request.url.query,
         fields=fields,
         back=back,
@@ -618,7 +669,9 @@ def _confirm(ctx: Ctx, question: str, button: str, back: str) -> Response:
 
 
 async def job_action(ctx: Ctx, session: AsyncSession) -> Response:
-    job_id = int(ctx.request.path_params["job_id"])
+    job_id = _path_id(ctx)
+    if job_id is None:
+        return _no_job(ctx)
     op = ctx.request.path_params["op"]
     back = ctx.url("job", job_id=job_id)
     if op not in ("retry", "cancel", "delete"):
@@ -695,22 +748,56 @@ async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:
         ids += [j.id for j in page_.jobs]
         if len(ids) >= BATCH:
             break
-    done = await _apply(session, op, ids)
-    log.info("{} {} in {} from {}: {} of {}", op, what, ctx.namespace, _client(ctx), done, len(ids))
-    summary = f"{op.capitalize()}: {done:,} of {len(ids):,} {what}."
+    done, held = await _apply(session, op, ids)
+    log.info(
+        "{} {} in {} from {}: {} of {}{}",
+        op,
+        what,
+        ctx.namespace,
+        _client(ctx),
+        done,
+        len(ids),
+        f", {len(held)} skipped (unique key held)" if held else "",
+    )
+    summary = f"{op.capitalize()}: {done:,} of {len(ids):,} {what}.{_skipped(held)}"
     return ctx.render("done.html", summary=summary, back=back)
 
 
-async def _apply(session: AsyncSession, op: str, ids: list[int]) -> int:
+async def _apply(session: AsyncSession, op: str, ids: list[int]) -> tuple[int, list[UniqueKeyHeld]]:
+    """Apply ``op`` to each job; how many it changed, and the retries refused because
+    another job holds the unique key (skipped: the refusal changes nothing and leaves the
+    transaction usable, so the rest of the batch goes on)."""
     if op == "delete":
-        return len(await actions.delete_finished(session, ids))
+        return len(await actions.delete_finished(session, ids)), []
     done = 0
+    held: list[UniqueKeyHeld] = []
     for job_id in ids:
         if op == "retry":
-            done += await actions.retry(session, job_id)
+            try:
+                done += await actions.retry(session, job_id)
+            except UniqueKeyHeld as exc:
+                held.append(exc)
         else:
             done += await actions.cancel(session, job_id) in ("cancelled", "requested")
-    return done
+    return done, held
+
+
+SKIPPED_SHOWN = 10
+"""A bulk retry's message names at most this many of the jobs it skipped."""
+
+
+def _skipped(held: list[UniqueKeyHeld]) -> str:
+    """The sentence a bulk retry's message ends with when it skipped jobs ("" if none)."""
+    if not held:
+        return ""
+    pairs = ", ".join(f"#{e.job_id} held by #{e.holder_id}" for e in held[:SKIPPED_SHOWN])
+    if len(held) > SKIPPED_SHOWN:
+        pairs += f" and {len(held) - SKIPPED_SHOWN:,} more"
+    whose = "its" if len(held) == 1 else "their"
+    return (
+        f" Skipped {len(held):,}: another job holds {whose} unique key ({pairs}); "
+        "cancel the holder or let it finish, then retry."
+    )
 
 
 async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
@@ -734,9 +821,17 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
         )
         return _confirm(ctx, question, verb, back)
     ids = await inspect.failed_ids(session, ctx.namespace, error_type, WINDOWS[window], BATCH)
-    done = await _apply(session, "retry" if op == "retry" else "delete", ids)
-    log.info("{} failure group {!r} ({}) from {}: {} jobs", op, label, window, _client(ctx), done)
-    summary = f"{op.capitalize()}: {done:,} jobs that failed with {label}."
+    done, held = await _apply(session, "retry" if op == "retry" else "delete", ids)
+    log.info(
+        "{} failure group {!r} ({}) from {}: {} jobs{}",
+        op,
+        label,
+        window,
+        _client(ctx),
+        done,
+        f", {len(held)} skipped (unique key held)" if held else "",
+    )
+    summary = f"{op.capitalize()}: {done:,} jobs that failed with {label}.{_skipped(held)}"
     return ctx.render("done.html", summary=summary, back=back)
 
 

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, insert, select
 from sqlalchemy.orm import Session
 
 from acta_sqla import Acta, Context, Job, JobStatus
 from acta_sqla.dashboard import acta_dashboard
+from acta_sqla.models import Definition, Namespace, Schedule
 from acta_sqla.testing import drain
 from tests.harness import REPO_ROOT
 from tests.waiting import wait_for
@@ -251,3 +252,51 @@ def test_the_password_prompt(serve: Callable[..., str], page: Any) -> None:
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Workers")).to_be_visible()
     assert page.url == base + "/workers"
+
+
+def test_names_a_url_must_encode_reach_their_pages_and_their_buttons(
+    db: str, serve: Callable[..., str], page: Any
+) -> None:
+    """A real browser through uvicorn: the links and forms of a lane, a key, a schedule
+    and a kind whose names hold "/", "?", "#", "%" and spaces reach the named thing."""
+    expect = playwright_api.expect
+    odd = "reports/daily?x=1#frag 50%25"
+    (job_id,) = _enqueue(db, send_report.job(to="x", lane=odd, concurrency_key=odd))
+    engine = create_engine(db.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with Session(engine) as session:
+            session.execute(insert(Namespace).values(name=NS))
+            session.execute(
+                insert(Definition).values(namespace=NS, kind=odd, declared={}, overrides={})
+            )
+            session.execute(
+                insert(Schedule).values(namespace=NS, name=odd, cron="0 3 * * *", kind="x")
+            )
+            session.commit()
+    finally:
+        engine.dispose()
+    base = serve()
+
+    page.goto(f"{base}/jobs/{job_id}")
+    page.get_by_role("link", name=odd).first.click()
+    expect(page.get_by_role("heading", name=f"Lane {odd}")).to_be_visible()
+    page.goto(f"{base}/jobs/{job_id}")
+    page.get_by_role("link", name=odd).last.click()
+    expect(page.get_by_role("heading", name=f"Concurrency key {odd}")).to_be_visible()
+
+    page.goto(f"{base}/schedules")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Pause", exact=True).click()
+    expect(page.locator(".message")).to_have_text("Paused.")
+    page.goto(f"{base}/definitions")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Pause", exact=True).click()
+    expect(page.locator(".message")).to_have_text("Paused.")
+
+    engine = create_engine(db.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with Session(engine) as session:
+            assert session.execute(select(Schedule.enabled)).scalar_one() is False
+            assert session.execute(select(Definition.overrides)).scalar_one() == {"paused": True}
+    finally:
+        engine.dispose()

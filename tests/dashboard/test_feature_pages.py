@@ -102,6 +102,11 @@ async def test_a_parent_shows_its_children_and_a_waiting_job_what_it_waits_for(
     assert "&lt;b&gt;hi&lt;/b&gt;" in waiting and "<b>hi</b>" not in waiting
 
 
+# The schedule's next tick (the first 03:00 UTC after now): fires sit on ticks, as a
+# worker enqueues them.
+NEXT_TICK = "date_trunc('day', now() - interval '3 hours', 'UTC') + interval '1 day 3 hours'"
+
+
 async def _schedule(session: AsyncSession, add_job: AddJob) -> tuple[int, int]:
     session.add(
         Schedule(namespace=NS, name="nightly", cron="0 3 * * *", timezone="UTC", kind="report")
@@ -111,11 +116,9 @@ async def _schedule(session: AsyncSession, add_job: AddJob) -> tuple[int, int]:
         "report",
         JobStatus.SUCCEEDED,
         schedule_name="nightly",
-        scheduled_at=text("now() - interval '1 day'"),
+        scheduled_at=text(f"{NEXT_TICK} - interval '1 day'"),
     )
-    pending = await add_job(
-        "report", schedule_name="nightly", scheduled_at=text("now() + interval '1 hour'")
-    )
+    pending = await add_job("report", schedule_name="nightly", scheduled_at=text(NEXT_TICK))
     return last, pending
 
 
@@ -139,7 +142,9 @@ async def test_schedules_page_pause_resume_and_run(
             select(Job.status).where(Job.schedule_name == "nightly", Job.status == "ready")
         )
     ).all()
-    assert len(fires) == 1  # the next fire, enqueued by the resume
+    assert len(fires) == 1  # the next fire: the one the pause cancelled, ready again
+    async_session.expire_all()
+    assert (await async_session.get(Job, pending)).status is JobStatus.READY  # type: ignore[union-attr]
 
     ran = await _act(client, "/schedules", "/schedules/nightly/run")
     assert "msg=fired" in ran.headers["location"]

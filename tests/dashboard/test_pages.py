@@ -130,6 +130,51 @@ async def test_retry_asks_for_confirmation_then_makes_the_job_ready(
     assert "Job is ready again." in (await client.get(done.headers["location"])).text
 
 
+async def test_a_retry_refused_because_another_job_holds_the_unique_key_says_so(
+    client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
+) -> None:
+    held = [await add_job("a", JobStatus.FAILED, unique_key=f"u{i}") for i in range(2)]
+    holders = [await add_job("a", unique_key=f"u{i}") for i in range(2)]
+    free = [
+        await add_job("a", JobStatus.FAILED, unique_key="u-free"),
+        await add_job("a", JobStatus.FAILED),  # no unique key at all
+    ]
+
+    # One job: a 409 page that names the holder; nothing changed.
+    one = await _post(client, f"/jobs/{held[0]}", f"/jobs/{held[0]}/retry", confirmed="1")
+    assert one.status_code == 409, one.text
+    assert (
+        f"job {held[0]} cannot be retried: job {holders[0]} holds its unique_key=&#39;u0&#39;"
+        in one.text
+    )
+    assert await status_of(async_session, held[0]) == JobStatus.FAILED
+
+    # A selection: the others are retried, the held ones counted as skipped, and why.
+    bulk = await _post(
+        client, "/jobs?status=failed", "/jobs/bulk", op="retry", status="failed", confirmed="1"
+    )
+    assert bulk.status_code == 200, bulk.text
+    assert "Retry: 2 of 4 failed jobs." in bulk.text
+    assert (
+        f"Skipped 2: another job holds their unique key (#{held[1]} held by #{holders[1]}, "
+        f"#{held[0]} held by #{holders[0]}); cancel the holder or let it finish, then retry."
+        in bulk.text
+    )
+    assert [await status_of(async_session, i) for i in free] == [JobStatus.READY] * 2
+    assert [await status_of(async_session, i) for i in held] == [JobStatus.FAILED] * 2
+
+    # A failure group: the same.
+    again = await add_job("a", JobStatus.FAILED)
+    group = await _post(
+        client, "/failures", "/failures/retry", error_type="ValueError", window="24h", confirmed="1"
+    )
+    assert group.status_code == 200, group.text
+    assert "Retry: 1 jobs that failed with ValueError." in group.text
+    assert "Skipped 2: another job holds their unique key" in group.text
+    assert await status_of(async_session, again) == JobStatus.READY
+    assert [await status_of(async_session, i) for i in held] == [JobStatus.FAILED] * 2
+
+
 async def test_cancel_a_ready_job_and_refuse_a_finished_one(
     client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
 ) -> None:
