@@ -223,11 +223,12 @@ class Executor:
             bounced = await self.admit(entry)
             if bounced is not None:
                 return bounced
-            if entry.fired(self.clock.now()):
+            if entry.stop_reason is not None:
                 # Asked to stop while admission answered (a cancel, a lost lease): the
                 # heartbeat renews it no more and no alarm would be armed for it, so its
                 # handler must not start. A slot it took is freed when the row leaves
-                # 'executing' (recovery).
+                # 'executing' (recovery). (A deadline that passed meanwhile needs no check:
+                # the alarm armed at the start rings at once.)
                 return None
         return await self._run_handler(entry, handler)
 
