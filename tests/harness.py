@@ -328,3 +328,14 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         self.kill_all()
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], command: str) -> str:
+    """The one line an `acta COMMAND` mistake prints (non-zero exit, no traceback): the
+    project's rule for every user error on the command line."""
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"acta {command}: "), lines[0]
+    return lines[0]

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from acta_sqla import embedded, migrate
-from tests.harness import acta_command, worker_env
+from tests.harness import acta_command, one_line_error, worker_env
 
 CLI_TIMEOUT_SECONDS = 60
 
@@ -24,15 +24,6 @@ def _acta(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedPro
         text=True,
         timeout=CLI_TIMEOUT_SECONDS,
     )
-
-
-def _one_line_error(result: subprocess.CompletedProcess[str], command: str) -> str:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"acta {command}: "), lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -76,7 +67,7 @@ def test_upgrade_current_downgrade(
 
     # The default is one step back, and there is none left.
     nothing_left = _acta("db", "downgrade", env=env, cwd=tmp_path)
-    assert "-1" in _one_line_error(nothing_left, "db downgrade")
+    assert "-1" in one_line_error(nothing_left, "db downgrade")
 
 
 def test_database_url_option_and_schema(
@@ -111,7 +102,7 @@ def test_bad_url_is_one_line_and_a_non_zero_exit(
 ) -> None:
     result = _acta("db", "upgrade", env=acta_env_for(url), cwd=tmp_path)
 
-    line = _one_line_error(result, "db upgrade")
+    line = one_line_error(result, "db upgrade")
     assert result.returncode == exit_code
     assert says in line
     assert ":pw@" not in line  # a password is never printed
@@ -123,7 +114,7 @@ def test_missing_database_is_one_line(
     url = make_url(database_url).set(database="acta_no_such_database")
     env = acta_env_for(url.render_as_string(hide_password=False))
 
-    line = _one_line_error(_acta("db", "current", env=env, cwd=tmp_path), "db current")
+    line = one_line_error(_acta("db", "current", env=env, cwd=tmp_path), "db current")
     assert "acta_no_such_database" in line
 
 
@@ -133,7 +124,7 @@ def test_unknown_revision_is_one_line(
     tmp_path: Path,
 ) -> None:
     env = acta_env_for(scratch_database())
-    line = _one_line_error(_acta("db", "upgrade", "zzz", env=env, cwd=tmp_path), "db upgrade")
+    line = one_line_error(_acta("db", "upgrade", "zzz", env=env, cwd=tmp_path), "db upgrade")
     assert "'zzz'" in line
 
 

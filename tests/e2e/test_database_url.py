@@ -17,7 +17,7 @@ from sqlalchemy import text
 from acta_sqla import migrate
 from acta_sqla.dashboard import acta_dashboard
 from acta_sqla.database import create_engine
-from tests.harness import SqlRunner, insert_jobs, run_acta
+from tests.harness import SqlRunner, insert_jobs, one_line_error, run_acta
 
 APP = "tests.e2e.app:acta"
 NS = "e2e"
@@ -33,15 +33,6 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     return result.stdout
-
-
-def _one_line_error(result: subprocess.CompletedProcess[str], command: str) -> str:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"acta {command}: "), lines[0]
-    return lines[0]
 
 
 def test_libpq_parameters_work_in_every_command_and_the_worker(
@@ -116,7 +107,7 @@ def test_an_invalid_libpq_value_stops_the_worker_with_one_line(
         url, NS, tmp_path, "worker", "--app", APP, "--burst", timeout=WORKER_TIMEOUT_SECONDS
     )
 
-    line = _one_line_error(worker, "worker")
+    line = one_line_error(worker, "worker")
     assert worker.returncode == 2
     assert "sslmode" in line
     assert "retrying" not in worker.stdout + worker.stderr
@@ -130,6 +121,6 @@ def test_an_invalid_libpq_value_is_one_line_in_a_command(
 
     result = run_acta(url, NS, tmp_path, *args, timeout=WORKER_TIMEOUT_SECONDS)
 
-    line = _one_line_error(result, " ".join(args))
+    line = one_line_error(result, " ".join(args))
     assert result.returncode == 2
     assert "sslmode" in line
