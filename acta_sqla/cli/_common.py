@@ -263,3 +263,45 @@ def _click_context() -> Any:
         if ctx is not None:
             return ctx
     return None
+
+
+STALE_SCHEMA_STATES = frozenset({"42703", "42P01", "42883", "3F000"})
+"""SQLSTATEs of a statement that names what this code's schema has and the database's does
+not (undefined column, table, function; missing schema): an acta upgraded before its
+migrations ran."""
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    orig = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
+    for candidate in (exc, orig, getattr(orig, "__cause__", None)):
+        state = getattr(candidate, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+    return None
+
+
+async def explain_stale_schema(exc: BaseException, url: str, schema: str) -> None:
+    """When ``exc`` is a statement that failed on a column, table or function this code
+    expects, and acta's schema is behind this code, raise the one line that says what to do
+    (``acta db upgrade``) instead of the driver's error. Asked only after a failure: a
+    command that works pays nothing for it."""
+    if _sqlstate(exc) not in STALE_SCHEMA_STATES:
+        return
+    from ..database import asyncpg_dsn
+    from ..queries.workers import schema_revision
+    from ..settings import SCHEMA_HEAD, SCHEMA_VERSION_TABLE
+
+    try:
+        conn = await asyncpg.connect(asyncpg_dsn(url))
+        try:
+            rows = await conn.fetch(schema_revision(schema, SCHEMA_VERSION_TABLE))
+        finally:
+            await conn.close()
+        current = rows[0][0] if rows else None
+    except asyncpg.PostgresError:
+        current = None  # no version table: never migrated
+    if current != SCHEMA_HEAD:
+        raise ConfigurationError(
+            f"acta's schema {schema!r} is at revision {current or 'none'}, this acta needs "
+            f"{SCHEMA_HEAD}: run `acta db upgrade`"
+        ) from None

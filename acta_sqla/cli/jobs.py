@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from ..status import JobStatus
-from ._common import fail, run_cli
+from ._common import explain_stale_schema, fail, run_cli
 from .db import DatabaseUrl, _database
 
 if TYPE_CHECKING:
@@ -39,6 +39,9 @@ def _run(database_url: str | None, work: Callable[[AsyncSession], Awaitable[T]])
                     result = await work(session)
                     await session.commit()
                     return result
+            except Exception as exc:
+                await explain_stale_schema(exc, url, settings.db_schema)
+                raise
             finally:
                 await engine.dispose()
 

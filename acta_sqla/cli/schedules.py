@@ -29,7 +29,7 @@ def _run(
     import asyncpg
 
     from ..database import asyncpg_dsn
-    from ._common import load_cli_settings
+    from ._common import explain_stale_schema, load_cli_settings
 
     ns = namespace or load_cli_settings().namespace
     with _database(database_url, None) as (settings, url, _where):
@@ -38,6 +38,9 @@ def _run(
             conn = await asyncpg.connect(asyncpg_dsn(url))
             try:
                 return await work(conn, settings.db_schema, ns)
+            except Exception as exc:
+                await explain_stale_schema(exc, url, settings.db_schema)
+                raise
             finally:
                 await conn.close()
 

@@ -6,6 +6,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -126,6 +127,29 @@ def test_unknown_revision_is_one_line(
     env = acta_env_for(scratch_database())
     line = one_line_error(_acta("db", "upgrade", "zzz", env=env, cwd=tmp_path), "db upgrade")
     assert "'zzz'" in line
+
+
+def test_a_command_against_a_schema_behind_this_code_says_to_upgrade(
+    scratch_database: Callable[[], str],
+    acta_env_for: Callable[..., dict[str, str]],
+    tmp_path: Path,
+    head: str,
+) -> None:
+    # The package was upgraded, its migrations not run yet: the commands that read what
+    # the newer revisions added say what to do instead of a driver's "column does not exist".
+    url = scratch_database()
+    migrate.upgrade(url, "0010")  # before a schedule's fire fields (0011)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO acta.schedule (namespace, name, cron, kind, enabled) "
+            "VALUES ('default', 'nightly', '0 3 * * *', 'report', false)"
+        )
+    env = acta_env_for(url)
+    for args in (("schedules", "run", "nightly"), ("schedules", "resume", "nightly")):
+        line = one_line_error(_acta(*args, env=env, cwd=tmp_path), " ".join(args[:2]))
+        assert f"is at revision 0010, this acta needs {head}: run `acta db upgrade`" in line
+    _acta("db", "upgrade", env=env, cwd=tmp_path).check_returncode()
+    assert _acta("schedules", "run", "nightly", env=env, cwd=tmp_path).returncode == 0
 
 
 def test_embedded_default_when_no_url_is_configured(tmp_path: Path, head: str) -> None:
