@@ -63,6 +63,21 @@ def load_cli_settings(**overrides: Any) -> ActaSettings:
     return load_settings(**overrides)
 
 
+def cli_namespace(given: str | None) -> str:
+    """The namespace a command acts on: ``--namespace`` (checked as ``ACTA_NAMESPACE`` is:
+    a mistyped one is a one-line error, not an empty answer), else ``ACTA_NAMESPACE``, else
+    ``default``."""
+    from ..settings import NAMESPACE_PATTERN
+
+    if given is None:
+        return load_cli_settings().namespace
+    if not NAMESPACE_PATTERN.match(given):
+        raise ConfigurationError(
+            f"--namespace {given!r}: must be 1-63 characters of letters, digits, '_', '.' or '-'"
+        )
+    return given
+
+
 def configure_logging(level: str = "INFO") -> None:
     """Send acta's logs to stderr, one short line each. Only the CLI does this: the library
     itself never configures log sinks."""

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import EXIT_CONFIGURATION, fail, run_cli
+from ._common import EXIT_CONFIGURATION, cli_namespace, fail, run_cli
 from .db import DatabaseUrl, _database
 
 PASSWORD_ENV = "ACTA_DASHBOARD_PASSWORD"
@@ -56,10 +56,11 @@ def dashboard(
         )
     from loguru import logger
 
+    chosen = cli_namespace(namespace) if namespace is not None else None
     with _database(database_url, None) as (settings, url, where):
         app = acta_dashboard(
             url,
-            namespace=namespace or settings.namespace,
+            namespace=chosen or settings.namespace,
             schema=settings.db_schema,
             read_only=read_only,
             password=password,

@@ -32,7 +32,7 @@ def ls(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     from .. import inspect
     from ..policy import OVERRIDABLE
 
-    ns = namespace or _namespace()
+    ns = _namespace(namespace)
     rows = _run(database_url, lambda s: inspect.definitions(s, ns))
     if not rows:
         typer.echo(f"no kinds stored in namespace {ns!r} (a worker stores them when it starts)")
@@ -55,7 +55,7 @@ def _change(
     from ..app import Acta
     from ..errors import ConfigurationError
 
-    acta = Acta(namespace or _namespace(), allow_unknown_kinds=True)
+    acta = Acta(_namespace(namespace), allow_unknown_kinds=True)
     try:
         if reset == ["paused"] and not fields:  # acta resume: also a kind declared paused
             from ..session import resume_kind

@@ -64,10 +64,11 @@ def ls(
     """List jobs, newest first."""
     from .. import inspect
 
+    ns = _namespace(namespace)
     page = _run(
         database_url,
         lambda session: inspect.list_jobs(
-            session, namespace=namespace or _namespace(), status=status, kind=kind, limit=limit
+            session, namespace=ns, status=status, kind=kind, limit=limit
         ),
     )
     typer.echo(f"{'id':>8}  {'status':<10} {'kind':<24} {'attempts':>8}  {'run_at':<19}")
@@ -207,10 +208,10 @@ def signal(
         typer.echo(f"job {job_id} ({status}) received signal {name!r}; kept for its wait")
 
 
-def _namespace() -> str:
-    from ._common import load_cli_settings
+def _namespace(given: str | None = None) -> str:
+    from ._common import cli_namespace
 
-    return load_cli_settings().namespace
+    return cli_namespace(given)
 
 
 @run_cli
@@ -239,7 +240,7 @@ def status(
                 + f"{alive:>11}"
             )
         return
-    ns = namespace
+    ns = _namespace(namespace)
 
     async def work(session: AsyncSession) -> tuple[Any, list[inspect.WorkerRow]]:
         return await inspect.queue_depth(session, ns), await inspect.workers(session, ns)

@@ -29,9 +29,9 @@ def _run(
     import asyncpg
 
     from ..database import asyncpg_dsn
-    from ._common import explain_stale_schema, load_cli_settings
+    from ._common import cli_namespace, explain_stale_schema
 
-    ns = namespace or load_cli_settings().namespace
+    ns = cli_namespace(namespace)
     with _database(database_url, None) as (settings, url, _where):
 
         async def go() -> T:

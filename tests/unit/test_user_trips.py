@@ -85,6 +85,32 @@ def test_every_command_s_error_is_labelled_with_its_command_line(args: list[str]
     assert "ACTA_DATABASE_URL" in lines[0]
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["jobs", "ls"],
+        ["definitions", "ls"],
+        ["schedules", "ls"],
+        ["pause", "send_mail"],
+        ["dashboard"],
+    ],
+    ids=lambda args: " ".join(args),
+)
+def test_a_mistyped_namespace_is_one_line_not_an_empty_answer(args: list[str]) -> None:
+    # Refused before any database is asked (the URL here could not be reached anyway).
+    env = {"ACTA_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none"}
+    result = CliRunner().invoke(app, [*args, "--namespace", "bad ns!"], env=env)
+
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0] == (
+        f"acta {' '.join(args[:2] if args[0] != 'pause' else args[:1])}: --namespace "
+        "'bad ns!': must be 1-63 characters of letters, digits, '_', '.' or '-'"
+    )
+
+
 def test_the_worker_s_error_is_labelled_acta_worker() -> None:
     result = CliRunner().invoke(app, ["worker", "--app", "no_such_module:acta"], env=BAD_URL)
 
