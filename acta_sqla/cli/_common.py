@@ -63,6 +63,16 @@ def load_cli_settings(**overrides: Any) -> ActaSettings:
     return load_settings(**overrides)
 
 
+def printable(text: object) -> str:
+    """``text`` for the terminal: control characters (an escape sequence in a kind's name or
+    a handler's error message would drive the user's terminal) shown escaped, as ``repr``
+    shows them; everything printable unchanged."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
 def cli_namespace(given: str | None) -> str:
     """The namespace a command acts on: ``--namespace`` (checked as ``ACTA_NAMESPACE`` is:
     a mistyped one is a one-line error, not an empty answer), else ``ACTA_NAMESPACE``, else

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import fail, run_cli
+from ._common import fail, printable, run_cli
 from .db import DatabaseUrl
 from .jobs import Namespace, _namespace, _run
 
@@ -38,7 +38,7 @@ def ls(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
         typer.echo(f"no kinds stored in namespace {ns!r} (a worker stores them when it starts)")
         return
     for row in rows:
-        typer.echo(f"{row.kind}" + ("  [paused]" if row.effective.get("paused") else ""))
+        typer.echo(printable(row.kind) + ("  [paused]" if row.effective.get("paused") else ""))
         for name in OVERRIDABLE:
             mark = "*" if name in row.overridden else " "
             typer.echo(f"  {mark} {name:<18} {_show(row.effective.get(name))}")

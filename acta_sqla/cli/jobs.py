@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from ..status import JobStatus
-from ._common import explain_stale_schema, fail, run_cli
+from ._common import explain_stale_schema, fail, printable, run_cli
 from .db import DatabaseUrl, _database
 
 if TYPE_CHECKING:
@@ -74,7 +74,8 @@ def ls(
     typer.echo(f"{'id':>8}  {'status':<10} {'kind':<24} {'attempts':>8}  {'run_at':<19}")
     for j in page.jobs:
         typer.echo(
-            f"{j.id:>8}  {j.status.value:<10} {j.kind[:24]:<24} {j.attempts:>8}  {_when(j.run_at)}"
+            f"{j.id:>8}  {j.status.value:<10} {printable(j.kind)[:24]:<24} {j.attempts:>8}  "
+            f"{_when(j.run_at)}"
         )
     if not page.jobs:
         typer.echo("(no jobs)")
@@ -95,7 +96,7 @@ def show(
     for label, value in (
         ("id", job.id),
         ("namespace", job.namespace),
-        ("kind", job.kind),
+        ("kind", printable(job.kind)),
         ("status", job.status.value),
         ("args", json.dumps(job.args)),
         ("priority", job.priority),
@@ -124,10 +125,10 @@ def show(
     if job.children:
         typer.echo("children:")
         for c in job.children:
-            typer.echo(f"  {c.id:>8}  {c.status.value:<10} {c.kind}")
+            typer.echo(f"  {c.id:>8}  {c.status.value:<10} {printable(c.kind)}")
     typer.echo("attempts:" if job.executions else "attempts: none recorded")
     for e in job.executions:
-        error = f"  {e.error_type}: {e.error_message}" if e.error_type else ""
+        error = f"  {printable(e.error_type)}: {printable(e.error_message)}" if e.error_type else ""
         typer.echo(f"  #{e.attempt} {e.outcome:<11} finished {_when(e.finished_at)}{error}")
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from ._common import fail, run_cli
+from ._common import fail, printable, run_cli
 from .db import DatabaseUrl, _database
 
 T = TypeVar("T")
@@ -77,7 +77,7 @@ def ls(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     )
     for r in rows:
         typer.echo(
-            f"{r['name'][:20]:<20} {r['cron'][:18]:<18} {r['timezone'][:16]:<16} "
+            f"{printable(r['name'])[:20]:<20} {r['cron'][:18]:<18} {r['timezone'][:16]:<16} "
             f"{'active' if r['enabled'] else 'paused':<7} {_when(r['next_fire']):<24} "
             f"{_when(r['last_fire']):<24} {r['last_status'] or '-'}"
         )

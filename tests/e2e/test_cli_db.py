@@ -174,3 +174,32 @@ def test_embedded_default_when_no_url_is_configured(tmp_path: Path, head: str) -
         assert again.stdout.startswith("no embedded PostgreSQL is running")
     finally:
         embedded.stop(data_dir)
+
+
+def test_control_characters_in_stored_text_reach_the_terminal_escaped(
+    scratch_database: Callable[[], str],
+    acta_env_for: Callable[..., dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    # A kind or a handler's error message holding an escape sequence must not drive the
+    # operator's terminal (set its title, clear the screen) when listed or shown.
+    url = scratch_database()
+    migrate.upgrade(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        job_id = conn.execute(
+            "INSERT INTO acta.job (kind, status, finished_at) "
+            "VALUES (E'evil\\x1b]0;owned\\x07', 'failed', now()) RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+        conn.execute(
+            "INSERT INTO acta.execution (job_id, id, attempt, outcome, error_type, error_message)"
+            " VALUES (%s, 1, 1, 'failed', 'E', E'boom\\x1b[2J')",
+            (job_id,),
+        )
+    env = acta_env_for(url)
+    listed = _acta("jobs", "ls", env=env, cwd=tmp_path)
+    shown = _acta("jobs", "show", str(job_id), env=env, cwd=tmp_path)
+    for result in (listed, shown):
+        assert result.returncode == 0, result.stderr
+        assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+        assert "evil\\x1b]0;owned\\x07" in result.stdout
+    assert "E: boom\\x1b[2J" in shown.stdout
