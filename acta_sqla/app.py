@@ -19,7 +19,7 @@ from .policy import JOB_OPTIONS as JOB_OPTIONS
 from .policy import Policy
 from .session import CancelOutcome as CancelOutcome
 from .session import EnqueueResult as EnqueueResult
-from .settings import NAMESPACE_PATTERN
+from .settings import NAMESPACE_PATTERN, NAMESPACE_RULE
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -38,9 +38,7 @@ class Acta:
 
     def __init__(self, namespace: str = "default", *, allow_unknown_kinds: bool = False) -> None:
         if not NAMESPACE_PATTERN.match(namespace):
-            raise ConfigurationError(
-                f"namespace {namespace!r}: must be 1-63 letters, digits, '_', '.' or '-'"
-            )
+            raise ConfigurationError(f"namespace {namespace!r}: {NAMESPACE_RULE}")
         self.namespace = namespace
         self.allow_unknown_kinds = allow_unknown_kinds
         self.handlers: dict[str, Handler[Any, Any]] = {}

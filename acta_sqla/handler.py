@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 
 from . import payload
 from .errors import ConfigurationError, InvalidJob, InvalidJobArgs
-from .policy import JOB_OPTIONS, Policy, check_templates, job_option, job_options, render_key
+from .policy import JOB_OPTIONS, Policy, check_templates, job_column, job_options, render_key
 from .settings import MAX_ARGS_BYTES
 from .tracing import current_context
 
@@ -217,11 +217,9 @@ class Handler(Generic[P, R]):
         keys, checked by the same rules (``InvalidJob`` if a template cannot be rendered
         from the args or renders a bad key). Not the ``unique_key``: a fire's uniqueness is
         its tick (docs/schedules.md)."""
-        from .models import Job
-
         keys = self._keys(args, {}, unique=False)
         for column, value in keys.items():
-            job_option(self.kind, column, value, check=Job._COLUMN_RULES.get(column))
+            job_column(self.kind, column, value)
         return {"priority": self.policy.priority, **keys}
 
     def jobs(self, args: Iterable[Mapping[str, Any]], **options: Any) -> JobBatch:
@@ -268,16 +266,13 @@ class Handler(Generic[P, R]):
             (through ``Job``'s validators): an empty or unstorable key is refused here too."""
             if template is None or dumped is None:
                 return None
-            rule = Job._COLUMN_RULES.get(column)
             rendered = []
             for i, d in enumerate(dumped):
                 key = render_key(template, d, what, self.kind)
                 if key is not None:
-                    job_option(f"{self.kind}: job {i}", column, key, check=rule)
+                    job_column(f"{self.kind}: job {i}", column, key)
                 rendered.append(key)
             return rendered
-
-        from .models import Job
 
         return JobBatch(
             namespace=self.acta.namespace,

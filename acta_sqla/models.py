@@ -36,7 +36,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 from .database import install_error_translation
 from .errors import InvalidJob
 from .payload import args_json
-from .policy import job_option
+from .policy import job_column, job_option
 from .queries._render import ACTIVE, TERMINAL
 from .schema import SCHEMA as SCHEMA
 from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
@@ -286,10 +286,6 @@ class Job(Base):
         args_json(self.kind or "job", value)
         return value
 
-    _COLUMN_RULES = {"lane_key": "lane", "rate_key": "unique_key"}
-    """Columns checked by the rule of a job option of another name (a rate key is a key
-    like a unique key)."""
-
     @validates(
         "priority",
         "max_attempts",
@@ -308,7 +304,7 @@ class Job(Base):
                 "returns WaitForChildren([...]); a job cannot be given a parent by hand "
                 "(see docs/waits.md)"
             )
-        return job_option(self.kind or "job", key, value, check=self._COLUMN_RULES.get(key))
+        return job_column(self.kind or "job", key, value)
 
     def __repr__(self) -> str:
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"

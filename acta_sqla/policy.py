@@ -491,6 +491,18 @@ def job_option(kind: str, name: str, value: Any, *, check: str | None = None) ->
         raise InvalidJob(f"{kind}: {name}={shown(value)} {why}") from None
 
 
+_COLUMN_RULES = {"lane_key": "lane", "rate_key": "unique_key"}
+"""Job columns checked by the rule of a job option of another name (a rate key is a key
+like a unique key)."""
+
+
+def job_column(kind: str, column: str, value: Any) -> Any:
+    """A value of job column ``column`` checked by its option's rule (``InvalidJob`` naming
+    the kind, the column and the value): ``Job``'s validators, ``handler.jobs()``'s rendered
+    keys and a schedule's fire keys all check through here."""
+    return job_option(kind, column, value, check=_COLUMN_RULES.get(column))
+
+
 def job_options(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The per-job options of ``handler.job()`` / ``handler.jobs()``, each parsed."""
     unknown = set(options) - JOB_OPTIONS

@@ -24,6 +24,17 @@ SCHEMA_HEAD = "0012"
 """The newest revision in alembic/versions (a test checks it against Alembic's own view)."""
 SCHEMA_VERSION_TABLE = "alembic_version"
 
+
+def schema_behind(schema: str, current: str | None) -> ConfigurationError:
+    """The one error for acta's ``schema`` at revision ``current`` (None: never migrated)
+    while this code needs :data:`SCHEMA_HEAD`: the worker's start and the commands say it
+    alike."""
+    return ConfigurationError(
+        f"acta's schema {schema!r} is at revision {current or 'none'}, this acta needs "
+        f"{SCHEMA_HEAD}: run `acta db upgrade` (or `alembic upgrade head`)"
+    )
+
+
 # ---------------------------------------------------------------- constants (seed)
 POLL_FLOOR_SECONDS = 0.05
 """The shortest idle sleep of the claimer."""
@@ -80,6 +91,8 @@ MAX_RESULT_BYTES = 64 * 1024 * 1024
 MAX_TRACEBACK_CHARS = 16 * 1024
 """Tracebacks stored on an execution are cut to this many characters (the end is kept)."""
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
+NAMESPACE_RULE = "must be 1-63 characters of letters, digits, '_', '.' or '-'"
+"""What :data:`NAMESPACE_PATTERN` asks, as every refusal of a namespace says it."""
 SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _URL_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -281,10 +294,7 @@ class ActaSettings(BaseModel):
     @classmethod
     def _check_namespace(cls, value: str) -> str:
         if not NAMESPACE_PATTERN.match(value):
-            raise ValueError(
-                "must be 1-63 characters of letters, digits, '_', '.' or '-' "
-                "(it names a LISTEN channel)"
-            )
+            raise ValueError(f"{NAMESPACE_RULE} (it names a LISTEN channel)")
         return value
 
     @field_validator("db_schema")

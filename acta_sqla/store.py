@@ -17,12 +17,12 @@ from typing import Any
 import asyncpg
 
 from .database import asyncpg_dsn
-from .errors import ConfigurationError, StatementRefused, StoreUnavailable
+from .errors import StatementRefused, StoreUnavailable
 from .queries import complete
-from .queries.schedules import FIRE
+from .queries.schedules import DECLARED
 from .queries.worker import WorkerSQL
 from .schedules import Schedule
-from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings
+from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
 from .status import JobStatus
 from .values import (
     Claim,
@@ -514,7 +514,7 @@ class WorkerStore:
     async def store_schedules(self, schedules: Sequence[Schedule]) -> list[str]:
         """Store the code's schedules; the names of the namespace's schedules it dropped."""
         rows = [s.row() for s in schedules]
-        columns = ("name", "cron", "timezone", "kind", "args", "missed", *FIRE)
+        columns = ("name", *DECLARED)
         found = await self.admin_conn.fetch(
             self.sql.store_schedules, self.namespace, *([r[c] for r in rows] for c in columns)
         )
@@ -600,7 +600,6 @@ class WorkerStore:
 
     async def check_schema(self) -> None:
         """Fail with what to do when acta's tables are missing or behind this code."""
-        head = SCHEMA_HEAD
         try:
             found = await self.admin_conn.fetch(self.sql.schema_revision)
             current = found[0][0] if found else None
@@ -609,8 +608,5 @@ class WorkerStore:
             if exc.sqlstate not in ("42P01", "3F000"):
                 raise
             current = None
-        if current != head:
-            raise ConfigurationError(
-                f"acta's schema {self.sql.schema!r} is at revision {current or 'none'}, this "
-                f"code needs {head}: run `acta db upgrade` (or `alembic upgrade head`)"
-            )
+        if current != SCHEMA_HEAD:
+            raise schema_behind(self.sql.schema, current)

@@ -77,14 +77,12 @@ def cli_namespace(given: str | None) -> str:
     """The namespace a command acts on: ``--namespace`` (checked as ``ACTA_NAMESPACE`` is:
     a mistyped one is a one-line error, not an empty answer), else ``ACTA_NAMESPACE``, else
     ``default``."""
-    from ..settings import NAMESPACE_PATTERN
+    from ..settings import NAMESPACE_PATTERN, NAMESPACE_RULE
 
     if given is None:
         return load_cli_settings().namespace
     if not NAMESPACE_PATTERN.match(given):
-        raise ConfigurationError(
-            f"--namespace {given!r}: must be 1-63 characters of letters, digits, '_', '.' or '-'"
-        )
+        raise ConfigurationError(f"--namespace {given!r}: {NAMESPACE_RULE}")
     return given
 
 
@@ -129,18 +127,22 @@ def on_database(where: str) -> Iterator[None]:
         raise ActaError(f"{where}: {describe_error(exc)}") from exc
 
 
+def _causes(exc: BaseException, depth: int = 5) -> Iterator[BaseException]:
+    """``exc`` and what it wraps: SQLAlchemy's ``orig`` (the driver's error), else the
+    ``__cause__``, at most ``depth`` deep."""
+    current: BaseException | None = exc
+    for _ in range(depth):
+        if current is None:
+            return
+        yield current
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+
+
 def _client_configuration(exc: BaseException) -> bool:
     """True when asyncpg refused the connection's settings before connecting (an invalid
     ``sslmode``, a missing root certificate, ...): a configuration error, whoever wraps it."""
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 5:
-        if isinstance(current, asyncpg.ClientConfigurationError):
-            return True
-        seen += 1
-        orig = getattr(current, "orig", None)
-        current = orig if isinstance(orig, BaseException) else current.__cause__
-    return False
+    return any(isinstance(e, asyncpg.ClientConfigurationError) for e in _causes(exc))
 
 
 def describe_error(exc: BaseException) -> str:
@@ -297,8 +299,7 @@ migrations ran."""
 
 
 def _sqlstate(exc: BaseException) -> str | None:
-    orig = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
-    for candidate in (exc, orig, getattr(orig, "__cause__", None)):
+    for candidate in _causes(exc):
         state = getattr(candidate, "sqlstate", None)
         if isinstance(state, str):
             return state
@@ -314,7 +315,7 @@ async def explain_stale_schema(exc: BaseException, url: str, schema: str) -> Non
         return
     from ..database import asyncpg_dsn
     from ..queries.workers import schema_revision
-    from ..settings import SCHEMA_HEAD, SCHEMA_VERSION_TABLE
+    from ..settings import SCHEMA_HEAD, SCHEMA_VERSION_TABLE, schema_behind
 
     try:
         conn = await asyncpg.connect(asyncpg_dsn(url))
@@ -326,7 +327,4 @@ async def explain_stale_schema(exc: BaseException, url: str, schema: str) -> Non
     except asyncpg.PostgresError:
         current = None  # no version table: never migrated
     if current != SCHEMA_HEAD:
-        raise ConfigurationError(
-            f"acta's schema {schema!r} is at revision {current or 'none'}, this acta needs "
-            f"{SCHEMA_HEAD}: run `acta db upgrade`"
-        ) from None
+        raise schema_behind(schema, current) from None

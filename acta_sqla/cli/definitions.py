@@ -4,13 +4,21 @@ overrides) and ``acta pause`` / ``acta resume`` of a kind."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from ._common import fail, printable, run_cli
 from .db import DatabaseUrl
 from .jobs import Namespace, _namespace, _run
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from ..app import Acta
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="definitions",
@@ -48,24 +56,16 @@ def _change(
     command: str,
     database_url: str | None,
     namespace: str | None,
-    kind: str,
-    fields: dict[str, Any],
-    reset: list[str],
-) -> dict[str, Any]:
+    change: Callable[[Acta, AsyncSession], Awaitable[T]],
+) -> T:
+    """``change(acta, session)`` for the namespace's ``Acta``, committed; a refused change
+    is one line."""
     from ..app import Acta
     from ..errors import ConfigurationError
 
     acta = Acta(_namespace(namespace), allow_unknown_kinds=True)
     try:
-        if reset == ["paused"] and not fields:  # acta resume: also a kind declared paused
-            from ..session import resume_kind
-
-            return _run(
-                database_url, lambda s: s.run_sync(lambda ss: resume_kind(ss, acta.namespace, kind))
-            )
-        if reset:
-            return _run(database_url, lambda s: acta.reset_policy(s, kind, *reset))
-        return _run(database_url, lambda s: acta.set_policy(s, kind, **fields))
+        return _run(database_url, lambda s: change(acta, s))
     except ConfigurationError as exc:
         fail(str(exc), command=command)
 
@@ -88,7 +88,12 @@ def set_(
         if not sep or not name:
             fail(f"{item!r} is not field=value (e.g. timeout=30)", command="acta definitions set")
         fields[name.strip()] = value
-    stored = _change("acta definitions set", database_url, namespace, kind, fields, [])
+    stored = _change(
+        "acta definitions set",
+        database_url,
+        namespace,
+        lambda a, s: a.set_policy(s, kind, **fields),
+    )
     typer.echo(f"{kind}: overrides now {json.dumps(stored, sort_keys=True)}")
 
 
@@ -103,19 +108,24 @@ def reset(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Drop an operator's overrides of a kind (all, or the fields named)."""
-    stored = _change("acta definitions reset", database_url, namespace, kind, {}, names or ["*"])
+    stored = _change(
+        "acta definitions reset",
+        database_url,
+        namespace,
+        lambda a, s: a.reset_policy(s, kind, *(names or [])),
+    )
     typer.echo(f"{kind}: overrides now {json.dumps(stored, sort_keys=True)}")
 
 
 @run_cli
 def pause(kind: Kind, namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     """Pause a kind: its jobs stay queued, unclaimed, until resumed (running ones finish)."""
-    _change("acta pause", database_url, namespace, kind, {"paused": True}, [])
+    _change("acta pause", database_url, namespace, lambda a, s: a.pause(s, kind))
     typer.echo(f"{kind} paused (workers stop claiming it within one heartbeat)")
 
 
 @run_cli
 def resume(kind: Kind, namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     """Resume a paused kind."""
-    _change("acta resume", database_url, namespace, kind, {}, ["paused"])
+    _change("acta resume", database_url, namespace, lambda a, s: a.resume(s, kind))
     typer.echo(f"{kind} resumed")

@@ -558,7 +558,7 @@ async def job(ctx: Ctx, session: AsyncSession) -> Response:
         return _no_job(ctx)
     detail = await inspect.job_detail(session, job_id)
     if detail is None:
-        return ctx.render("error.html", 404, error=f"No job with id {job_id}.")
+        return _no_job(ctx)
     traceback = None
     if detail.status == JobStatus.FAILED or detail.last_error:
         traceback = await inspect.last_traceback(session, job_id)

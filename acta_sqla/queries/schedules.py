@@ -28,6 +28,12 @@ UNSTARTED = (
 signal or children). What pausing or dropping a schedule cancels."""
 FIRE_COLUMNS = ", ".join(FIRE)
 FIRE_VALUES = ", ".join(f"sc.{c}" for c in FIRE)
+CANCELLED_UNSTARTED = "(j.status = 'cancelled' AND j.attempts = 0)"
+"""A fire cancelled before it ever ran (by a pause): not a fire that happened."""
+
+DECLARED = ("cron", "timezone", "kind", "args", "missed", *FIRE)
+"""A schedule's columns as the code declares them (``Schedule.row()``, beside its name)."""
+_DECLARED_TYPES = {"args": "text", "priority": "int"}
 
 
 def store_schedules(schema: str) -> str:
@@ -39,29 +45,21 @@ def store_schedules(schema: str) -> str:
     ``acta.schedule``: a lock on ``acta.job`` must hold up a worker's first claim, not its
     start-up."""
     s = quote(schema)
+    arrays = ", ".join(
+        f"${i}::{_DECLARED_TYPES.get(c, 'text')}[]" for i, c in enumerate(DECLARED, start=3)
+    )
+    values = ", ".join("d.args::jsonb" if c == "args" else f"d.{c}" for c in DECLARED)
     return f"""
         WITH d AS (
-            SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                 $7::text[], $8::int[], $9::text[], $10::text[], $11::text[])
-                AS d(name, cron, timezone, kind, args, missed, priority, concurrency_key,
-                     rate_key, lane_key)
+            SELECT * FROM unnest($2::text[], {arrays}) AS d(name, {", ".join(DECLARED)})
         ),
         up AS (
-            INSERT INTO {s}.schedule AS sc (namespace, name, cron, timezone, kind, args, missed,
-                                            priority, concurrency_key, rate_key, lane_key)
-            SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed,
-                   d.priority, d.concurrency_key, d.rate_key, d.lane_key
-            FROM d
+            INSERT INTO {s}.schedule AS sc (namespace, name, {", ".join(DECLARED)})
+            SELECT $1, d.name, {values} FROM d
             ON CONFLICT (namespace, name) DO UPDATE
-                SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
-                    args = excluded.args, missed = excluded.missed,
-                    priority = excluded.priority, concurrency_key = excluded.concurrency_key,
-                    rate_key = excluded.rate_key, lane_key = excluded.lane_key
-                WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority,
-                       sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
-                      (excluded.cron, excluded.timezone, excluded.kind, excluded.args,
-                       excluded.missed, excluded.priority, excluded.concurrency_key,
-                       excluded.rate_key, excluded.lane_key)
+                SET {", ".join(f"{c} = excluded.{c}" for c in DECLARED)}
+                WHERE ({", ".join(f"sc.{c}" for c in DECLARED)}) IS DISTINCT FROM
+                      ({", ".join(f"excluded.{c}" for c in DECLARED)})
             RETURNING 1
         ),
         gone AS (
@@ -172,7 +170,7 @@ def schedule_row(schema: str) -> str:
                sc.missed, sc.enabled,
                (SELECT max(j.scheduled_at) FROM {s}.job AS j
                 WHERE j.namespace = $1 AND j.schedule_name = sc.name
-                  AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick,
+                  AND NOT {CANCELLED_UNSTARTED}) AS last_tick,
                (SELECT min(j.scheduled_at) FROM {s}.job AS j
                 WHERE j.namespace = $1 AND j.schedule_name = sc.name
                   AND j.status IN {ACTIVE}) AS pending_tick
@@ -188,7 +186,7 @@ def revive_fire(schema: str) -> str:
         UPDATE {s}.job AS j SET status = 'ready', finished_at = NULL, cancel_requested = false,
                                 run_at = $3
         WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.scheduled_at = $3
-          AND j.status = 'cancelled' AND j.attempts = 0
+          AND {CANCELLED_UNSTARTED}
         RETURNING j.scheduled_at"""
 
 

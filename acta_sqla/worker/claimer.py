@@ -76,13 +76,13 @@ class Claimer:
         self._stop = asyncio.Event()
         self.stopping = False
         self.idle = asyncio.Event()
+        """Set while the last claim found nothing (burst mode and tests wait on it)."""
         self.idle_since = 0.0
         """When the last claim that found nothing, suspects included, started (the clock's
         time; the plain claim cannot see suspects, so only a probing one counts): burst
         mode stops only once such a claim started after the last completion was written,
         as a completion can make rows due (a parent its last child wakes, a lane's next
         job), and a suspect may have become due meanwhile (``wake(probe=True)``)."""
-        """Set while the last claim found nothing (burst mode and tests wait on it)."""
         self.claims = 0
         self.claimed_rows = 0
         self._on_claim = on_claim

@@ -5,12 +5,15 @@ and a paused kind is skipped by the claim."""
 from __future__ import annotations
 
 import asyncpg
+import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
+from typer.testing import CliRunner
 
 from acta_sqla import Acta, ConfigurationError, Context
 from acta_sqla import inspect as read
+from acta_sqla.cli import app as cli_app
 from acta_sqla.store import WorkerStore
 from acta_sqla.testing import drain
 
@@ -171,3 +174,24 @@ async def test_the_sync_twins_pause_resume_and_retry(
     assert APP.retry_sync(sync_session, job_id) is True
     sync_session.commit()
     assert await conn.fetchval("SELECT status FROM acta.job WHERE id = $1", job_id) == "ready"
+
+
+def test_definitions_reset_of_paused_returns_a_declared_pause(db: str) -> None:
+    # `acta resume` lifts a declared pause with an override; `acta definitions reset KIND
+    # paused` drops that override, and the declaration (paused) holds again.
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO acta.namespace (name) VALUES ('held2')")
+        conn.execute(
+            "INSERT INTO acta.definition (namespace, kind, declared, overrides) "
+            """VALUES ('held2', 'launch', '{"paused": true}', '{"paused": false}')"""
+        )
+        env = {"ACTA_DATABASE_URL": db}
+        args = ["definitions", "reset", "launch", "paused", "--namespace", "held2"]
+        result = CliRunner().invoke(cli_app, args, env=env)
+        assert result.exit_code == 0, result.output
+        stored = conn.execute("SELECT overrides::text FROM acta.definition").fetchone()
+        assert stored == ("{}",)
+        result = CliRunner().invoke(cli_app, ["resume", "launch", "--namespace", "held2"], env=env)
+        assert result.exit_code == 0, result.output
+        stored = conn.execute("SELECT overrides::text FROM acta.definition").fetchone()
+        assert stored == ('{"paused": false}',)

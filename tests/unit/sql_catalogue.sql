@@ -1097,7 +1097,7 @@ RETURNING name;
 UPDATE "acta".job AS j SET status = 'ready', finished_at = NULL, cancel_requested = false,
                         run_at = $3
 WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.scheduled_at = $3
-  AND j.status = 'cancelled' AND j.attempts = 0
+  AND (j.status = 'cancelled' AND j.attempts = 0)
 RETURNING j.scheduled_at;
 
 -- schedules.run_schedule_now: ``acta schedules run``: one extra fire of schedule $2 of namespace
@@ -1129,27 +1129,15 @@ FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 --   paused schedule stays paused. Answers the names dropped. Touches only ``acta.schedule``: a lock
 --   on ``acta.job`` must hold up a worker's first claim, not its start-up.
 WITH d AS (
-    SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                         $7::text[], $8::int[], $9::text[], $10::text[], $11::text[])
-        AS d(name, cron, timezone, kind, args, missed, priority, concurrency_key,
-             rate_key, lane_key)
+    SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[]) AS d(name, cron, timezone, kind, args, missed, priority, concurrency_key, rate_key, lane_key)
 ),
 up AS (
-    INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed,
-                                    priority, concurrency_key, rate_key, lane_key)
-    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed,
-           d.priority, d.concurrency_key, d.rate_key, d.lane_key
-    FROM d
+    INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed, priority, concurrency_key, rate_key, lane_key)
+    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed, d.priority, d.concurrency_key, d.rate_key, d.lane_key FROM d
     ON CONFLICT (namespace, name) DO UPDATE
-        SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
-            args = excluded.args, missed = excluded.missed,
-            priority = excluded.priority, concurrency_key = excluded.concurrency_key,
-            rate_key = excluded.rate_key, lane_key = excluded.lane_key
-        WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority,
-               sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
-              (excluded.cron, excluded.timezone, excluded.kind, excluded.args,
-               excluded.missed, excluded.priority, excluded.concurrency_key,
-               excluded.rate_key, excluded.lane_key)
+        SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind, args = excluded.args, missed = excluded.missed, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
+        WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
+              (excluded.cron, excluded.timezone, excluded.kind, excluded.args, excluded.missed, excluded.priority, excluded.concurrency_key, excluded.rate_key, excluded.lane_key)
     RETURNING 1
 ),
 gone AS (
