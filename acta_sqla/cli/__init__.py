@@ -19,11 +19,11 @@ def main() -> None:
         if options is not None:
             launch.main(options)
             return
-    from ._common import configure_logging
+    from ._common import configure_logging, run_app
     from .commands import app
 
     configure_logging()
-    app(prog_name="acta")
+    run_app(app)
 
 
 def __getattr__(name: str) -> Any:

@@ -261,7 +261,56 @@ def run_cli(
                 raise
             fail(*found, invoked_path(static))
 
+    # A usage error (an unknown option, a value Click cannot parse) is a configuration
+    # mistake too: run_app exits with this status (Typer copies the attribute onto the
+    # callback it registers).
+    wrapper.usage_exit_status = configuration  # type: ignore[attr-defined]
     return wrapper
+
+
+def _typer_click() -> Any:
+    """The Click that Typer's commands are built with: Typer 0.2x vendors its own
+    (``typer._click``), older releases use Click itself."""
+    from typer import core
+
+    vendored = getattr(core, "_click", None)
+    return vendored if vendored is not None else importlib.import_module("click")
+
+
+def run_app(app: Any, args: list[str] | None = None) -> NoReturn:
+    """Run the Typer app as ``acta`` and exit. Click's usage errors (an unknown command or
+    option, a bad value) are one line, ``acta jobs ls: no such option: --bogus; see 'acta jobs
+    ls --help'``, and exit 2 (``acta doctor``: 3, as any of its configuration
+    mistakes, since 1 and 2 are its findings) instead of Click's usage text and boxed
+    error. Everything else is as Click's standalone mode does it."""
+    click = _typer_click()
+    exceptions = click.exceptions
+    try:
+        returned = app(args=args, prog_name="acta", standalone_mode=False)
+    except exceptions.UsageError as exc:
+        ctx = exc.ctx
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            # A group named without a command: its help (Typer's rich help is already
+            # printed by then, Click's plain help is the error's text).
+            if exc.format_message().strip():
+                exc.show()
+            raise SystemExit(exc.exit_code) from None
+        path = ctx.command_path if ctx is not None else "acta"
+        message = exc.format_message().strip().replace("\n", " ").rstrip(".")
+        message = message[:1].lower() + message[1:]
+        print(f"{path}: {printable(message)}; see '{path} --help'", file=sys.stderr)
+        callback = ctx.command.callback if ctx is not None else None
+        raise SystemExit(getattr(callback, "usage_exit_status", exc.exit_code)) from None
+    except exceptions.ClickException as exc:
+        print(f"acta: {printable(exc.format_message())}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except exceptions.Abort:
+        print("Aborted!", file=sys.stderr)
+        raise SystemExit(1) from None
+    # Not standalone: an Exit's status comes back as the value, a command's own return
+    # value (None) means success.
+    status = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
+    raise SystemExit(status)
 
 
 def invoked_path(default: str) -> str:

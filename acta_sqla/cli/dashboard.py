@@ -8,6 +8,7 @@ that can cancel and delete jobs is never open to a network by accident.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Annotated
 
 import typer
@@ -66,13 +67,30 @@ def dashboard(
             password=password,
             secret=os.environ.get(SECRET_ENV) or None,
         )
+        listening = _listen(host, port)
         shown = f"[{host}]" if ":" in host else host
         logger.bind(stage="dashboard").info(
             "dashboard on http://{}:{}/ ({}{}{})",
             shown,
-            port,
+            listening.getsockname()[1],
             where,
             ", read-only" if read_only else "",
             ", password required" if password else "",
         )
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        uvicorn.Server(config).run(sockets=[listening])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The dashboard's socket, bound before anything is logged: a port in use is one line
+    (uvicorn would log its own error after acta's "dashboard on" line), and ``--port 0``
+    logs the port the system chose."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", command="acta dashboard")
+    return sock

@@ -4,6 +4,7 @@ without a password; and nothing a worker imports loads the dashboard's web stack
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -70,6 +71,57 @@ def test_acta_dashboard_serves_the_pages_and_asks_for_the_password(
     output = proc.stdout.read() if proc.stdout else ""
     assert f"dashboard on http://127.0.0.1:{port}/" in output
     assert "password required" in output
+
+
+def test_port_0_logs_the_port_it_serves_on(db: str, acta_env: dict[str, str]) -> None:
+    """``--port 0`` lets the system choose: the log line names the chosen port (it said 0)."""
+    proc = subprocess.Popen(
+        [*acta_command(), "dashboard", "--port", "0"],
+        env=acta_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = wait_for(proc.stdout.readline, timeout=60, what="the dashboard's first line")
+        found = re.search(r"dashboard on http://127\.0\.0\.1:(\d+)/", line)
+        assert found, line
+        port = int(found.group(1))
+        assert port != 0
+        answer = wait_for(
+            lambda: _get(f"http://127.0.0.1:{port}/"), timeout=60, what="the chosen port"
+        )
+        assert answer.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def _get(url: str) -> httpx.Response | None:
+    try:
+        return httpx.get(url, timeout=2)
+    except httpx.TransportError:
+        return None
+
+
+def test_a_port_in_use_is_one_line(acta_env: dict[str, str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*acta_command(), "dashboard", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env=acta_env,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"acta dashboard: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ], done.stderr
+    assert "dashboard on" not in done.stdout + done.stderr
 
 
 def test_a_worker_never_imports_the_dashboard() -> None:

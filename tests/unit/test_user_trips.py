@@ -4,13 +4,14 @@ every command's error line names the command as typed, and ``Retry`` takes a tim
 from __future__ import annotations
 
 import os
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from acta_sqla.cli import app
+from acta_sqla.cli import app, main
 from acta_sqla.errors import Retry
 from acta_sqla.settings import load_settings
 
@@ -116,6 +117,90 @@ def test_the_worker_s_error_is_labelled_acta_worker() -> None:
 
     assert result.exit_code != 0
     assert result.stderr.startswith("acta worker: "), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "line", "status"),
+    [
+        (
+            ["worker", "--bogus"],
+            "acta worker: no such option: --bogus (Possible options: --burst); "
+            "see 'acta worker --help'",
+            2,
+        ),
+        (
+            ["jobs", "ls", "--limit", "abc"],
+            "acta jobs ls: invalid value for '--limit': Input should be a valid integer, "
+            "unable to parse string as an integer; see 'acta jobs ls --help'",
+            2,
+        ),
+        (
+            ["jobs", "show"],
+            "acta jobs show: missing argument 'job_id'; see 'acta jobs show --help'",
+            2,
+        ),
+        (["nosuch"], "acta: no such command 'nosuch'; see 'acta --help'", 2),
+        # doctor's 1 and 2 are its findings: its mistakes exit 3, as "could not examine"
+        (["doctor", "--bogus"], "acta doctor: no such option: --bogus; see 'acta doctor --help'", 3),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_a_usage_error_is_one_line_and_a_non_zero_exit(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    line: str,
+    status: int,
+) -> None:
+    """The ``acta`` entry point itself (Click's own usage text and boxed error were five
+    lines; doctor's mistyped option exited 2, its "problems found")."""
+    monkeypatch.setattr(sys, "argv", ["acta", *args])
+    with pytest.raises(SystemExit) as exited:
+        main()
+
+    assert exited.value.code == status
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [line]
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["jobs", "ls", "--help"]])
+def test_help_still_exits_0(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["acta", *args])
+    with pytest.raises(SystemExit) as exited:
+        main()
+
+    assert exited.value.code == 0
+    assert "Usage: acta" in capsys.readouterr().out
+
+
+def test_a_group_without_its_command_shows_its_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["acta", "jobs"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert "Usage: acta jobs" in captured.out + captured.err
+    assert "retry" in captured.out + captured.err
+
+
+def test_a_command_s_own_exit_status_comes_through(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not standalone, Click returns an Exit's status instead of exiting: run_app exits
+    with it (here a user error's 2)."""
+    monkeypatch.setenv("ACTA_DATABASE_URL", BAD_URL["ACTA_DATABASE_URL"])
+    monkeypatch.setattr(sys, "argv", ["acta", "jobs", "ls"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith("acta jobs ls: ")
 
 
 # ---------------------------------------------------------------- Retry at a time
