@@ -141,7 +141,11 @@ def test_the_worker_s_error_is_labelled_acta_worker() -> None:
         ),
         (["nosuch"], "acta: no such command 'nosuch'; see 'acta --help'", 2),
         # doctor's 1 and 2 are its findings: its mistakes exit 3, as "could not examine"
-        (["doctor", "--bogus"], "acta doctor: no such option: --bogus; see 'acta doctor --help'", 3),
+        (
+            ["doctor", "--bogus"],
+            "acta doctor: no such option: --bogus; see 'acta doctor --help'",
+            3,
+        ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
