@@ -41,11 +41,20 @@ def database_url(settings: ActaSettings) -> str:
 _SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
 
 _IGNORED_PARAMETERS = frozenset(
-    {"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout"}
+    {
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+        "prepared_statement_cache_size",
+    }
 )
-"""libpq parameters of the client's own socket that asyncpg does not implement. Kept in a
-DSN, asyncpg would send them to the server as settings, which refuses them ("unrecognized
-configuration parameter"): they are left out (acta's connections have their own timeouts)."""
+"""libpq parameters of the client's own socket that asyncpg does not implement, and
+SQLAlchemy's asyncpg-dialect option ``prepared_statement_cache_size`` (an application's
+URL may carry it). Kept in a DSN, asyncpg would send them to the server as settings, which
+refuses them ("unrecognized configuration parameter"): they are left out (acta's
+connections have their own timeouts and prepare their own statements)."""
 
 _CLIENT_PARAMETERS = _IGNORED_PARAMETERS | {"connect_timeout", "ssl"}
 """Query parameters :func:`connect_arguments` takes out of the DSN (and maybe translates)."""

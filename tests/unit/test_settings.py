@@ -299,5 +299,9 @@ def test_the_asyncpg_dsn_keeps_what_asyncpg_reads_and_drops_what_it_cannot() -> 
         "postgresql://db/app?sslmode=require",
         {},
     )
+    # SQLAlchemy's asyncpg-dialect option, from an application's own URL: not the server's.
+    assert connect_arguments(
+        "postgresql+asyncpg://db/app?prepared_statement_cache_size=0&application_name=a"
+    ) == ("postgresql://db/app?application_name=a", {})
     with pytest.raises(ConfigurationError, match="connect_timeout='soon'"):
         connect_arguments("postgresql://db/app?connect_timeout=soon")
