@@ -206,9 +206,19 @@ class Rate:
         "(e.g. '100/min', '3/10s')"
     )
 
+    MAX_PERIOD = 36500 * 86400.0
+    """100 years: a meter's next time stays inside PostgreSQL's timestamps."""
+
     def __post_init__(self) -> None:
         if not _is_int(self.count) or self.count < 1 or not 0 < self.period < math.inf:
             raise Refused(f"needs N >= 1 and a period > 0; write {self.SYNTAX}")
+        # The database's admission reads N as an int and steps its meter by period / N:
+        # out of range, every admission call of the worker would fail (and bounce every
+        # keyed job with it, for ever).
+        if self.count > INT4_MAX:
+            raise Refused(f"N must be at most {INT4_MAX:,}; write {self.SYNTAX}")
+        if self.period > self.MAX_PERIOD:
+            raise Refused(f"the period must be at most 36500d (100 years); write {self.SYNTAX}")
         if not self.text:  # Rate(3, 10.0) built in code: spell it as stored
             object.__setattr__(self, "text", f"{self.count}/{self.period:g}s")
 

@@ -163,6 +163,61 @@ async def test_admission_is_fenced_by_the_execution(
     assert (await store.admit([ask(job, policy)]))[0][1] == "admitted"
 
 
+async def test_a_stale_request_beside_a_fresh_one_does_not_hide_its_job_s_live_slot(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    """X's lease ran out on this worker and another took it again and holds the key's only
+    slot under its new execution. This worker's stale request for X (its old execution) goes
+    out in one batch with Y of the same key: X answers lost and Y must bounce (admit()
+    left every slot of a job in the batch out of the count, migration 0013: Y was admitted,
+    two live holders for a limit of 1)."""
+    store, other = stores[0], stores[1]
+    policy = Policy(concurrency_key="c")
+    [x] = await claim(conn, store, concurrency_key="c")
+    retaken = x._replace(execution_id=x.execution_id + 1000)
+    await conn.execute(
+        "UPDATE acta.job SET execution_id = $2 WHERE id = $1", x.id, retaken.execution_id
+    )
+    assert (await other.admit([ask(retaken, policy)]))[0][1] == "admitted"
+    [y] = await claim(conn, store, concurrency_key="c")
+
+    answers = await store.admit([ask(x, policy), ask(y, policy)])
+
+    assert [(a[0], a[1]) for a in answers] == [(x.id, "lost"), (y.id, "slot")]
+    assert await slots(conn) == {("c", x.id)}
+
+
+async def test_a_repeated_request_of_an_admitted_attempt_does_not_count_itself(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    """An admit call whose answer was lost is asked again: the attempt's own slot is not
+    counted against it (limit 1, it holds the only slot)."""
+    store = stores[0]
+    policy = Policy(concurrency_key="c")
+    [x] = await claim(conn, store, concurrency_key="c")
+    assert (await store.admit([ask(x, policy)]))[0][1] == "admitted"
+    [y] = await claim(conn, store, concurrency_key="c")
+
+    answers = await store.admit([ask(x, policy), ask(y, policy)])
+
+    assert [(a[0], a[1]) for a in answers] == [(x.id, "admitted"), (y.id, "slot")]
+    assert await slots(conn) == {("c", x.id)}
+
+
+@pytest.mark.parametrize("rate", ["2147483647/s", "1/36500d"])
+async def test_the_widest_rates_a_kind_may_declare_are_counted_by_the_database(
+    conn: asyncpg.Connection, stores: list[WorkerStore], rate: str
+) -> None:
+    """The bounds Rate checks (N an int4, a period of at most 100 years) are what admit()
+    can count and step: beyond them its call failed for the whole batch."""
+    store = stores[0]
+    jobs = await claim(conn, store, 3)
+    policy = Policy(rate=Rate.parse(rate))
+    verdicts = [a[1] for a in await store.admit([ask(j, policy) for j in jobs])]
+    assert verdicts[0] == "admitted"
+    assert set(verdicts[1:]) <= {"admitted", "rate"}
+
+
 async def test_a_job_refused_by_the_rate_takes_no_slot_and_bounces_to_the_meters_time(
     conn: asyncpg.Connection, stores: list[WorkerStore]
 ) -> None:

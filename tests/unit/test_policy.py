@@ -154,7 +154,13 @@ def test_rates_parse_into_count_and_period(text: str, count: int, period: float)
 
 @pytest.mark.parametrize(
     "text",
-    ["lots", "10", "10/", "/s", "0/s", "-1/s", "1.5/s", "10/0s", "10/ms", "10/week", "10/s/s", 10],
+    [
+        *("lots", "10", "10/", "/s", "0/s", "-1/s", "1.5/s", "10/0s", "10/ms", "10/week"),
+        *("10/s/s", 10),
+        # beyond what the database's admission can count or step (every admission call
+        # of the worker failed with it)
+        *("2147483648/d", "3000000000/d", "1/36501d", "1/100000000000d"),
+    ],
 )
 def test_a_bad_rate_is_refused_at_decoration_naming_it_and_the_syntax(text: object) -> None:
     app = Acta()
