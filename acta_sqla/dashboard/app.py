@@ -304,11 +304,14 @@ SECURITY_HEADERS = {
 Handler = Callable[[Ctx, AsyncSession], Awaitable[Response]]
 
 
-def _authenticated(ctx: Ctx) -> bool:
+def _bearer(ctx: Ctx) -> str | None:
     header = ctx.request.headers.get("authorization", "")
-    bearer = header[7:] if header.lower().startswith("bearer ") else None
+    return header[7:] if header.lower().startswith("bearer ") else None
+
+
+def _authenticated(ctx: Ctx) -> bool:
     return ctx.config.keys.authenticated(
-        None if ctx.new_sid else ctx.sid, ctx.request.cookies.get(AUTH_COOKIE), bearer
+        None if ctx.new_sid else ctx.sid, ctx.request.cookies.get(AUTH_COOKIE), _bearer(ctx)
     )
 
 
@@ -328,6 +331,11 @@ def page(config: Config, handler: Handler, *, action: bool = False) -> Any:
     async def endpoint(request: Request) -> Response:
         ctx = Ctx(request, config)
         if not _authenticated(ctx):
+            if _bearer(ctx) is not None:
+                # A wrong password is a wrong password, from the login form or a script's
+                # header: both wait before the answer.
+                log.warning("failed bearer password from {}", _client(ctx))
+                await asyncio.sleep(FAILED_LOGIN_DELAY)
             if action:
                 return ctx.render("error.html", 401, error="Log in first.")
             return ctx.redirect(ctx.url("login", query={"next": ctx.here()}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from acta_sqla import JobStatus
+from acta_sqla.dashboard.app import FAILED_LOGIN_DELAY
 from acta_sqla.models import Execution, Lock, Worker
 
 from .conftest import NS, csrf_of, status_of
@@ -278,6 +280,28 @@ async def test_password_is_asked_for_every_page_and_action(
         script.cookies.set("acta_sid", "x")
         script.cookies.set("acta_auth", "0" * 64)
         assert (await script.get("/")).status_code == 303
+
+
+async def test_a_wrong_password_waits_before_its_answer_from_the_form_and_a_header(
+    make_app: Callable[..., Starlette], client_for: Callable[..., httpx.AsyncClient]
+) -> None:
+    """The login form's wrong password waited FAILED_LOGIN_DELAY; a wrong ``Authorization:
+    Bearer`` answered at once (about 46 guesses a second from one client)."""
+    app = make_app(password="s3cret")
+    async with client_for(app) as script:
+        for method, path in (("GET", "/"), ("GET", "/jobs"), ("POST", "/jobs/1/retry")):
+            began = time.monotonic()
+            answer = await script.request(method, path, headers={"authorization": "Bearer nope"})
+            assert time.monotonic() - began >= FAILED_LOGIN_DELAY
+            assert answer.status_code in (303, 401)
+        right = await script.get("/", headers={"authorization": "Bearer s3cret"})
+        assert right.status_code == 200
+    async with client_for(app) as browser:
+        login = await browser.get("/login")
+        began = time.monotonic()
+        wrong = await browser.post("/login", data={"csrf": csrf_of(login.text), "password": "no"})
+        assert time.monotonic() - began >= FAILED_LOGIN_DELAY
+        assert wrong.status_code == 401
 
 
 async def test_failures_grouped_by_error_type_with_group_retry_and_discard(
