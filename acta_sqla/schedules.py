@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .errors import ConfigurationError, InvalidJob
+from .errors import ActaError, ConfigurationError, InvalidJob
 
 if TYPE_CHECKING:
     from .handler import Handler
@@ -232,7 +232,14 @@ async def resume(conn: Any, schema: str, namespace: str, name: str) -> datetime 
         now = row["now"]  # the database's clock, not this host's
         last = row["last_tick"]
         tick = spec.first(now) if last is None else spec.successor(last, now)
-        if await conn.fetch(q.revive_fire(schema), namespace, name, tick):
-            return tick
-        await conn.fetch(q.enqueue_fires(schema), namespace, [name], [tick])
-    return tick
+        fired = await conn.fetch(q.enqueue_fires(schema), namespace, [name], [tick])
+        if not fired:
+            # Only a fire of that tick or later that ran, written by hand or by a clock
+            # gone back, can refuse it: say so rather than name a fire that does not exist.
+            when = tick.strftime("%Y-%m-%d %H:%M:%S %Z")
+            raise ActaError(
+                f"schedule {name!r} resumed, but no fire was enqueued for {when}: a fire of "
+                "that tick or later has already run; see acta schedules ls"
+            )
+        enqueued: datetime = fired[0][1]
+    return enqueued

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from ..values import CORE_FIELDS, Completion
 from ._render import TERMINAL, quote
-from .schedules import FIRE_COLUMNS, FIRE_VALUES
+from .schedules import FIRE_COLUMNS, FIRE_VALUES, cancelled_unstarted, revive_on_conflict
 
 # ------------------------------------------------------------------------------ input
 
@@ -224,13 +224,19 @@ def next_fire(schema: str) -> str:
     Guard: only for a fire the fenced finish applied, only while the schedule is stored and
     enabled, and only by the fire's FIRST completion (no fire of the schedule after this
     one's tick exists yet: a retried fire's later completions enqueue nothing); the tick's
-    unique key (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10).
-    The fire takes the schedule's stored priority and keys (``schedules.FIRE``)."""
+    unique key (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10),
+    unless the tick's row is a fire cancelled before it started: made ready again
+    (``schedules.revive_on_conflict``; such a fire, of a later tick, does not count as a
+    later fire either: a cron changed while paused). The fire takes the schedule's stored
+    priority and keys (``schedules.FIRE``)."""
     s = quote(schema)
     return f"""
-            INSERT INTO {s}.job (namespace, kind, args, run_at, schedule_name, scheduled_at,
-                                 {FIRE_COLUMNS})
-            SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+            INSERT INTO {s}.job AS nf (namespace, kind, args, run_at, schedule_name,
+                                       scheduled_at, {FIRE_COLUMNS})
+            -- One row per tick: a second proposal of a tick in one statement would be an
+            -- error under ON CONFLICT DO UPDATE (one chain per schedule makes it moot).
+            SELECT DISTINCT ON (sc.name, (f.features->'next'->>'tick')::timestamptz)
+                   sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
                    sc.name, (f.features->'next'->>'tick')::timestamptz, {FIRE_VALUES}
             FROM f
             JOIN done AS d ON d.id = f.job_id
@@ -241,8 +247,9 @@ def next_fire(schema: str) -> str:
                 SELECT 1 FROM {s}.job AS later
                 WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
                   AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+                  AND NOT {cancelled_unstarted("later")}
             )
-            ON CONFLICT DO NOTHING"""
+            {revive_on_conflict("nf")}"""
 
 
 FEATURE_PARTS: tuple[FeaturePart, ...] = (

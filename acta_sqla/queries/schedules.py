@@ -28,8 +28,17 @@ UNSTARTED = (
 signal or children). What pausing or dropping a schedule cancels."""
 FIRE_COLUMNS = ", ".join(FIRE)
 FIRE_VALUES = ", ".join(f"sc.{c}" for c in FIRE)
-CANCELLED_UNSTARTED = "(j.status = 'cancelled' AND j.attempts = 0)"
-"""A fire cancelled before it ever ran (by a pause): not a fire that happened."""
+
+
+def cancelled_unstarted(alias: str = "j") -> str:
+    """A fire (row ``alias``) cancelled before it ever ran (by a pause, or by a worker of
+    code that no longer declares its schedule): not a fire that happened. It counts for
+    neither a schedule's latest tick nor the guard against an earlier tick; when its tick
+    comes round again it is made ready again (a tick has one fire row for good)."""
+    return f"({alias}.status = 'cancelled' AND {alias}.attempts = 0)"
+
+
+CANCELLED_UNSTARTED = cancelled_unstarted()
 
 DECLARED = ("cron", "timezone", "kind", "args", "missed", *FIRE)
 """A schedule's columns as the code declares them (``Schedule.row()``, beside its name)."""
@@ -81,7 +90,8 @@ def cancel_dropped_fires(schema: str) -> str:
 
 def unfired_schedules(schema: str) -> str:
     """Namespace $1's enabled schedules with no pending fire (none ready, executing or
-    waiting), each with its latest fire's tick (NULL: it never fired), and the database's
+    waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
+    before it started does not count, :func:`cancelled_unstarted`), and the database's
     ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue
     are computed from these in Python, against the database clock. By
     ``job_schedule_tick_key``."""
@@ -92,7 +102,8 @@ def unfired_schedules(schema: str) -> str:
         LEFT JOIN (
             SELECT sc.name,
                    (SELECT max(j.scheduled_at) FROM {s}.job AS j
-                    WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+                    WHERE j.namespace = $1 AND j.schedule_name = sc.name
+                      AND NOT {CANCELLED_UNSTARTED}) AS last_tick
             FROM {s}.schedule AS sc
             WHERE sc.namespace = $1 AND sc.enabled
               AND NOT EXISTS (
@@ -112,13 +123,27 @@ def lock_schedules(schema: str) -> str:
         FROM (SELECT unnest($2::text[]) AS n ORDER BY 1) AS x"""
 
 
+def revive_on_conflict(alias: str) -> str:
+    """The ``ON CONFLICT`` clause of every statement that writes a fire (target row
+    ``alias``): a tick has one fire row for good (``job_schedule_tick_key``), so when the
+    tick's row is a fire cancelled before it started (:func:`cancelled_unstarted`), that
+    row is made ready again, as the schedule now declares it; any other row of the tick
+    makes the insert a no-op (I10)."""
+    fields = ", ".join(f"{c} = excluded.{c}" for c in ("run_at", "kind", "args", *FIRE))
+    return f"""ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT NULL
+            DO UPDATE SET status = 'ready', finished_at = NULL, cancel_requested = false,
+                          {fields}
+            WHERE {cancelled_unstarted(alias)}"""
+
+
 def enqueue_fires(schema: str) -> str:
     """Enqueue fire $3[i] (a tick) of schedule $2[i] of namespace $1, under the locks
     :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled,
-    and it has no pending fire and no fire at or after that tick (a fire's completion may
-    have enqueued its successor meanwhile); the tick's unique key makes a second insert of
-    one tick a no-op. A fire takes the schedule's stored priority and keys (:data:`FIRE`).
-    Answers the fires enqueued (name, tick)."""
+    and it has no pending fire and no fire that happened at or after that tick (a fire's
+    completion may have enqueued its successor meanwhile; a fire cancelled before it
+    started did not happen). The tick's fire cancelled before it started is made ready
+    again (:func:`revive_on_conflict`). A fire takes the schedule's stored kind, args,
+    priority and keys (:data:`FIRE`). Answers the fires enqueued (name, tick)."""
     s = quote(schema)
     return f"""
         INSERT INTO {s}.job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
@@ -129,9 +154,10 @@ def enqueue_fires(schema: str) -> str:
         WHERE NOT EXISTS (
             SELECT 1 FROM {s}.job AS o
             WHERE o.namespace = $1 AND o.schedule_name = x.name
-              AND (o.status IN {ACTIVE} OR o.scheduled_at >= x.tick)
+              AND (o.status IN {ACTIVE}
+                   OR (o.scheduled_at >= x.tick AND NOT {cancelled_unstarted("o")}))
         )
-        ON CONFLICT DO NOTHING
+        {revive_on_conflict("j")}
         RETURNING j.schedule_name, j.scheduled_at"""
 
 
@@ -175,19 +201,6 @@ def schedule_row(schema: str) -> str:
                 WHERE j.namespace = $1 AND j.schedule_name = sc.name
                   AND j.status IN {ACTIVE}) AS pending_tick
         FROM {s}.schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2"""
-
-
-def revive_fire(schema: str) -> str:
-    """``acta schedules resume``: the fire of tick $3 of schedule $2 (namespace $1) that was
-    cancelled before it started (by the pause) is ready again, due at its tick (a tick is
-    unique for good, so it cannot be enqueued anew). Answers its tick."""
-    s = quote(schema)
-    return f"""
-        UPDATE {s}.job AS j SET status = 'ready', finished_at = NULL, cancel_requested = false,
-                                run_at = $3
-        WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.scheduled_at = $3
-          AND {CANCELLED_UNSTARTED}
-        RETURNING j.scheduled_at"""
 
 
 def pause_schedule(schema: str) -> str:

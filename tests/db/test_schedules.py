@@ -12,7 +12,7 @@ import asyncpg
 from acta_sqla import Acta, Context, schedules
 from acta_sqla.policy import Policy
 from acta_sqla.queries import schedules as q
-from acta_sqla.schedules import successor_feature
+from acta_sqla.schedules import Schedule, successor_feature
 from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
@@ -287,3 +287,123 @@ async def test_resuming_a_paused_schedule_brings_back_the_fire_the_pause_cancell
     assert await fires(conn) == [("yearly", coming, "ready")]
     assert await conn.fetchval("SELECT run_at FROM acta.job") == coming
     assert await store.ensure_fires({"yearly": YEARLY}) == []  # one chain
+
+
+async def test_a_schedule_dropped_and_declared_again_fires_the_tick_its_drop_cancelled(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """A rolling deploy: a worker of older code drops the new schedule, cancelling its
+    coming fire; the new code declares it again. The coming tick had not passed: it fires
+    (the cancelled fire made ready again). It was skipped for good: the cancelled fire
+    counted as the latest tick and the next one was a year later."""
+    await store.store_schedules([YEARLY])
+    [(_, coming)] = await store.ensure_fires({"yearly": YEARLY})
+    assert await store.store_schedules([]) == ["yearly"]
+    assert [s for _, _, s in await fires(conn)] == ["cancelled"]
+
+    await store.store_schedules([YEARLY])
+    assert await store.ensure_fires({"yearly": YEARLY}) == [("yearly", coming)]
+
+    assert await fires(conn) == [("yearly", coming, "ready")]
+    assert await store.ensure_fires({"yearly": YEARLY}) == []  # one chain
+
+
+def _redeclared(cron: str) -> Schedule:
+    """YEARLY's name and kind with another cron: the schedule as a later deploy declares it."""
+    app = Acta()
+
+    @app.job()
+    async def tick(ctx: Context, label: str = "x") -> None: ...
+
+    return app.schedule("yearly", cron, tick, args={"label": "y"})
+
+
+async def test_resume_after_the_cron_changed_while_paused_enqueues_the_new_cron_s_tick(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """Paused with its fire of next January cancelled, redeclared every minute, resumed: the
+    next minute's fire is enqueued and named. It named that tick, enqueued nothing (the
+    cancelled January fire blocked the insert) and left the schedule silent until January."""
+    await store.store_schedules([YEARLY])
+    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
+    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    every_minute = _redeclared("* * * * *")
+    await store.store_schedules([every_minute])
+
+    named = await schedules.resume(conn, "acta", "default", "yearly")
+
+    assert named is not None and named < january and named.second == 0
+    assert await fires(conn) == [("yearly", named, "ready"), ("yearly", january, "cancelled")]
+    assert await store.ensure_fires({"yearly": every_minute}) == []  # one chain
+
+
+async def test_a_worker_starting_after_the_cron_changed_while_paused_and_resumed(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """The worker's side of the same: a schedule with only a cancelled fire of a later tick
+    gets the new cron's coming tick at start-up, not one after the cancelled fire."""
+    await store.store_schedules([YEARLY])
+    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
+    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    await conn.execute("UPDATE acta.schedule SET enabled = true")  # resumed by hand
+    every_minute = _redeclared("* * * * *")
+    await store.store_schedules([every_minute])
+
+    [(_, coming)] = await store.ensure_fires({"yearly": every_minute})
+
+    assert coming < january and coming > datetime.now(UTC)
+    assert [s for _, _, s in await fires(conn)] == ["ready", "cancelled"]
+
+
+async def test_the_new_cron_s_chain_goes_on_past_a_cancelled_fire_of_a_later_tick(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """After a cron changed while paused, each fire's completion enqueues the next: the
+    cancelled fire of next January does not count as a later fire (it did, so the chain
+    stopped after one fire until a recovery pass)."""
+    await store.store_schedules([YEARLY])
+    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
+    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    every_minute = _redeclared("* * * * *")
+    await store.store_schedules([every_minute])
+    named = await schedules.resume(conn, "acta", "default", "yearly")
+    assert named is not None
+
+    fire = await claim_fire(conn, store)
+    assert fire.scheduled_at == named
+    successor = successor_feature(every_minute, "default", named, named)
+    done = completions.succeeded(fire, None, 0.1)._replace(features={"next": successor})
+    await store.complete_executions([done])
+
+    assert await fires(conn) == [
+        ("yearly", named, "succeeded"),
+        ("yearly", named + timedelta(minutes=1), "ready"),
+        ("yearly", january, "cancelled"),
+    ]
+
+
+async def test_a_fire_s_successor_at_a_cancelled_fire_s_tick_makes_that_fire_ready_again(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    """The next tick's row is a fire cancelled before it started (a pause, resumed while
+    the fire before it was pending): the completion makes it ready again, as the schedule
+    declares it now (the tick's unique key made the insert a no-op: the chain ended)."""
+    await store.store_schedules([MINUTELY])
+    [(_, first)] = await store.ensure_fires(SCHEDULES)
+    second = first + timedelta(minutes=1)
+    await conn.execute(
+        "INSERT INTO acta.job (namespace, kind, args, schedule_name, scheduled_at, run_at,"
+        " status, finished_at) VALUES ('default', 'tick', '{}', 'minutely', $1, $1,"
+        " 'cancelled', now())",
+        second,
+    )
+    fire = await claim_fire(conn, store)
+    assert fire.scheduled_at == first
+    await store.complete_executions([chained(fire, completions.succeeded(fire, None, 0.1))])
+
+    assert await fires(conn) == [
+        ("minutely", first, "succeeded"),
+        ("minutely", second, "ready"),
+    ]
+    args = await conn.fetchval("SELECT args::text FROM acta.job WHERE scheduled_at = $1", second)
+    assert args == '{"label": "m"}'  # the schedule's, not the cancelled row's

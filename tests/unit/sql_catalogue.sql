@@ -319,9 +319,12 @@ spawn AS (
         WITH ORDINALITY AS x(v, ord)
     ORDER BY d.id, x.ord),
 next_fire AS (
-    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at,
-                         priority, concurrency_key, rate_key, lane_key)
-    SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+    INSERT INTO "acta".job AS nf (namespace, kind, args, run_at, schedule_name,
+                               scheduled_at, priority, concurrency_key, rate_key, lane_key)
+    -- One row per tick: a second proposal of a tick in one statement would be an
+    -- error under ON CONFLICT DO UPDATE (one chain per schedule makes it moot).
+    SELECT DISTINCT ON (sc.name, (f.features->'next'->>'tick')::timestamptz)
+           sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
@@ -332,8 +335,12 @@ next_fire AS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
           AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+          AND NOT (later.status = 'cancelled' AND later.attempts = 0)
     )
-    ON CONFLICT DO NOTHING)
+    ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT NULL
+    DO UPDATE SET status = 'ready', finished_at = NULL, cancel_requested = false,
+                  run_at = excluded.run_at, kind = excluded.kind, args = excluded.args, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
+    WHERE (nf.status = 'cancelled' AND nf.attempts = 0))
 SELECT id, status FROM done;
 
 -- complete.complete_plain: ``complete_executions`` without the feature parts, for a batch none of
@@ -427,11 +434,16 @@ SELECT id, status FROM done;
 --   for a fire the fenced finish applied, only while the schedule is stored and enabled, and only
 --   by the fire's FIRST completion (no fire of the schedule after this one's tick exists yet: a
 --   retried fire's later completions enqueue nothing); the tick's unique key
---   (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10). The fire takes the
---   schedule's stored priority and keys (``schedules.FIRE``).
-INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at,
-                     priority, concurrency_key, rate_key, lane_key)
-SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+--   (``job_schedule_tick_key``) makes a second insert of a tick a no-op (I10), unless the tick's
+--   row is a fire cancelled before it started: made ready again (``schedules.revive_on_conflict``;
+--   such a fire, of a later tick, does not count as a later fire either: a cron changed while
+--   paused). The fire takes the schedule's stored priority and keys (``schedules.FIRE``).
+INSERT INTO "acta".job AS nf (namespace, kind, args, run_at, schedule_name,
+                           scheduled_at, priority, concurrency_key, rate_key, lane_key)
+-- One row per tick: a second proposal of a tick in one statement would be an
+-- error under ON CONFLICT DO UPDATE (one chain per schedule makes it moot).
+SELECT DISTINCT ON (sc.name, (f.features->'next'->>'tick')::timestamptz)
+       sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
        sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM f
 JOIN done AS d ON d.id = f.job_id
@@ -442,8 +454,12 @@ WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS later
     WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
       AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+      AND NOT (later.status = 'cancelled' AND later.attempts = 0)
 )
-ON CONFLICT DO NOTHING;
+ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT NULL
+DO UPDATE SET status = 'ready', finished_at = NULL, cancel_requested = false,
+              run_at = excluded.run_at, kind = excluded.kind, args = excluded.args, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
+WHERE (nf.status = 'cancelled' AND nf.attempts = 0);
 
 -- complete.spawn_children: ``spawn``: the children of a parent that returned ``WaitForChildren``,
 --   inserted in spawn order with ``parent_id`` and ``parent_execution_id`` set (the wait's attempt:
@@ -680,9 +696,12 @@ spawn AS (
         WITH ORDINALITY AS x(v, ord)
     ORDER BY d.id, x.ord),
 next_fire AS (
-    INSERT INTO "acta".job (namespace, kind, args, run_at, schedule_name, scheduled_at,
-                         priority, concurrency_key, rate_key, lane_key)
-    SELECT sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
+    INSERT INTO "acta".job AS nf (namespace, kind, args, run_at, schedule_name,
+                               scheduled_at, priority, concurrency_key, rate_key, lane_key)
+    -- One row per tick: a second proposal of a tick in one statement would be an
+    -- error under ON CONFLICT DO UPDATE (one chain per schedule makes it moot).
+    SELECT DISTINCT ON (sc.name, (f.features->'next'->>'tick')::timestamptz)
+           sc.namespace, sc.kind, sc.args, (f.features->'next'->>'tick')::timestamptz,
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
@@ -693,8 +712,12 @@ next_fire AS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
           AND later.scheduled_at > (f.features->'next'->>'after')::timestamptz
+          AND NOT (later.status = 'cancelled' AND later.attempts = 0)
     )
-    ON CONFLICT DO NOTHING)
+    ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT NULL
+    DO UPDATE SET status = 'ready', finished_at = NULL, cancel_requested = false,
+                  run_at = excluded.run_at, kind = excluded.kind, args = excluded.args, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
+    WHERE (nf.status = 'cancelled' AND nf.attempts = 0))
 SELECT id, status FROM done;
 
 -- recovery.mark_dead_workers: Recovery, step 2: workers silent for 7 of their own beats are dead
@@ -1032,10 +1055,11 @@ WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'r
 
 -- schedules.enqueue_fires: Enqueue fire $3[i] (a tick) of schedule $2[i] of namespace $1, under the
 --   locks :func:`lock_schedules` took in the same transaction. Guard: the schedule is enabled, and
---   it has no pending fire and no fire at or after that tick (a fire's completion may have enqueued
---   its successor meanwhile); the tick's unique key makes a second insert of one tick a no-op. A
---   fire takes the schedule's stored priority and keys (:data:`FIRE`). Answers the fires enqueued
---   (name, tick).
+--   it has no pending fire and no fire that happened at or after that tick (a fire's completion may
+--   have enqueued its successor meanwhile; a fire cancelled before it started did not happen). The
+--   tick's fire cancelled before it started is made ready again (:func:`revive_on_conflict`). A
+--   fire takes the schedule's stored kind, args, priority and keys (:data:`FIRE`). Answers the
+--   fires enqueued (name, tick).
 INSERT INTO "acta".job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
                           priority, concurrency_key, rate_key, lane_key)
 SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
@@ -1044,9 +1068,13 @@ JOIN "acta".schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enab
 WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS o
     WHERE o.namespace = $1 AND o.schedule_name = x.name
-      AND (o.status IN ('ready', 'executing', 'waiting') OR o.scheduled_at >= x.tick)
+      AND (o.status IN ('ready', 'executing', 'waiting')
+           OR (o.scheduled_at >= x.tick AND NOT (o.status = 'cancelled' AND o.attempts = 0)))
 )
-ON CONFLICT DO NOTHING
+ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT NULL
+    DO UPDATE SET status = 'ready', finished_at = NULL, cancel_requested = false,
+                  run_at = excluded.run_at, kind = excluded.kind, args = excluded.args, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
+    WHERE (j.status = 'cancelled' AND j.attempts = 0)
 RETURNING j.schedule_name, j.scheduled_at;
 
 -- schedules.list_schedules: ``acta schedules ls``: namespace $1's schedules with their pending fire
@@ -1090,15 +1118,6 @@ SELECT name FROM paused;
 --   :func:`enqueue_fires`, in the same transaction). Answers the schedule's name.
 UPDATE "acta".schedule SET enabled = true WHERE namespace = $1 AND name = $2
 RETURNING name;
-
--- schedules.revive_fire: ``acta schedules resume``: the fire of tick $3 of schedule $2 (namespace
---   $1) that was cancelled before it started (by the pause) is ready again, due at its tick (a tick
---   is unique for good, so it cannot be enqueued anew). Answers its tick.
-UPDATE "acta".job AS j SET status = 'ready', finished_at = NULL, cancel_requested = false,
-                        run_at = $3
-WHERE j.namespace = $1 AND j.schedule_name = $2 AND j.scheduled_at = $3
-  AND (j.status = 'cancelled' AND j.attempts = 0)
-RETURNING j.scheduled_at;
 
 -- schedules.run_schedule_now: ``acta schedules run``: one extra fire of schedule $2 of namespace
 --   $1, due now, its ``scheduled_at`` now. Not part of the chain (no ``schedule_name``): the
@@ -1148,16 +1167,17 @@ gone AS (
 SELECT name FROM gone;
 
 -- schedules.unfired_schedules: Namespace $1's enabled schedules with no pending fire (none ready,
---   executing or waiting), each with its latest fire's tick (NULL: it never fired), and the
---   database's ``now()`` (one row of it, with a NULL name, when there is none): the fires to
---   enqueue are computed from these in Python, against the database clock. By
---   ``job_schedule_tick_key``.
+--   executing or waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
+--   before it started does not count, :func:`cancelled_unstarted`), and the database's ``now()``
+--   (one row of it, with a NULL name, when there is none): the fires to enqueue are computed from
+--   these in Python, against the database clock. By ``job_schedule_tick_key``.
 SELECT now() AS now, u.name, u.last_tick
 FROM (SELECT 1) AS one
 LEFT JOIN (
     SELECT sc.name,
            (SELECT max(j.scheduled_at) FROM "acta".job AS j
-            WHERE j.namespace = $1 AND j.schedule_name = sc.name) AS last_tick
+            WHERE j.namespace = $1 AND j.schedule_name = sc.name
+              AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick
     FROM "acta".schedule AS sc
     WHERE sc.namespace = $1 AND sc.enabled
       AND NOT EXISTS (

@@ -83,6 +83,9 @@ TEXT_HELPERS = {
     "complete.history",
     "complete.compose",
     "complete.encode",
+    # fragments of the statements that write a schedule's fire
+    "schedules.cancelled_unstarted",
+    "schedules.revive_on_conflict",
     # the heartbeat's CTE that wakes timed-out waits (rendered inside the heartbeat)
     "waits.wake_timed_out",
 }
