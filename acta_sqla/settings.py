@@ -355,16 +355,21 @@ class Timings:
         )
 
 
-def load_settings(**overrides: object) -> ActaSettings:
-    """Build settings from the environment plus ``overrides``; a bad value raises one clear line."""
+def load_settings(options: Mapping[str, str] | None = None, **overrides: object) -> ActaSettings:
+    """Build settings from the environment plus ``overrides``; a bad value raises one clear
+    line. ``options`` names the command-line option an override came from (``{"db_schema":
+    "--schema"}``): the line names it instead of the environment variable."""
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
         return ActaSettings(**clean)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise ConfigurationError(describe_validation_error(exc)) from None
+        given = {k: v for k, v in (options or {}).items() if k in clean}
+        raise ConfigurationError(describe_validation_error(exc, given)) from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(
+    exc: ValidationError, options: Mapping[str, str] | None = None
+) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "value"
@@ -374,5 +379,5 @@ def describe_validation_error(exc: ValidationError) -> str:
         given = err.get("input")
         if env == "ACTA_DATABASE_URL" and isinstance(given, str):
             given = masked_url(given)  # never print a password
-        parts.append(f"{env}={given!r}: {message}")
+        parts.append(f"{(options or {}).get(loc, env)}={given!r}: {message}")
     return "invalid setting " + "; ".join(parts)

@@ -57,10 +57,20 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+OPTIONS = {
+    "database_url": "--database-url",
+    "db_schema": "--schema",
+    "data_dir": "--data-dir",
+    "namespace": "--namespace",
+}
+"""The commands' options for the settings they override, as an error names them."""
+
+
 def load_cli_settings(**overrides: Any) -> ActaSettings:
     """Settings from the environment and ``.env``, with the command line's options on top
-    (``None`` means "not given"). A bad value raises ConfigurationError naming it."""
-    return load_settings(**overrides)
+    (``None`` means "not given"). A bad value raises ConfigurationError naming it: the
+    option when it came from the command line, else the ``ACTA_*`` variable."""
+    return load_settings(OPTIONS, **overrides)
 
 
 def printable(text: object) -> str:

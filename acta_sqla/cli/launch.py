@@ -161,7 +161,8 @@ async def run_worker(
 ) -> None:
     from ..worker import Worker
 
-    settings = load_settings(executors=executors, namespace=namespace or app.namespace)
+    given = {"executors": "--executors"} | ({"namespace": "--namespace"} if namespace else {})
+    settings = load_settings(given, executors=executors, namespace=namespace or app.namespace)
     worker = Worker(app, settings, grace=grace, burst=burst)
     loop = asyncio.get_running_loop()
     signals = 0

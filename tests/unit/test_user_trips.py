@@ -207,6 +207,33 @@ def test_a_command_s_own_exit_status_comes_through(
     assert capsys.readouterr().err.startswith("acta jobs ls: ")
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["db", "current", "--database-url", "foo://bar"], "--database-url='foo://bar'"),
+        (["db", "current", "--schema", "Bad Schema"], "--schema='Bad Schema'"),
+    ],
+)
+def test_a_bad_option_value_is_named_as_the_option_not_the_variable(
+    args: list[str], named: str
+) -> None:
+    """It said ``ACTA_DATABASE_URL='foo://bar'`` for a URL given with --database-url."""
+    result = CliRunner().invoke(app, args)
+
+    assert result.exit_code == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"acta db current: invalid setting {named}: "), line
+
+
+def test_the_same_value_from_the_environment_is_named_as_the_variable() -> None:
+    result = CliRunner().invoke(app, ["db", "current"], env={"ACTA_DATABASE_URL": "foo://bar"})
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "acta db current: invalid setting ACTA_DATABASE_URL='foo://bar': "
+    )
+
+
 # ---------------------------------------------------------------- Retry at a time
 
 
