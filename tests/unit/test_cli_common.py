@@ -41,7 +41,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             "ACTA_DATABASE_URL",
         ),
         (["db", "upgrade"], {"ACTA_DATABASE_URL": "not a url"}, "is not a database URL"),
-        (["db", "current", "--schema", "Bad-Schema"], {}, "ACTA_SCHEMA='Bad-Schema'"),
+        (["db", "current", "--schema", "Bad-Schema"], {}, "--schema='Bad-Schema'"),
         (["db", "downgrade", "--database-url", "sqlite:///x.db"], {}, "needs PostgreSQL"),
     ],
 )
