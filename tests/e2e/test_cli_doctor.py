@@ -180,7 +180,7 @@ def test_a_schema_behind_head_exits_2(
     [
         ((), {"ACTA_DATABASE_URL": "mysql://root@127.0.0.1/app"}, "needs PostgreSQL"),
         ((), {"ACTA_DATABASE_URL": "postgresql://postgres:pw@127.0.0.1:1/x"}, "127.0.0.1:1"),
-        (("--namespace", "no spaces allowed"), {}, "ACTA_NAMESPACE='no spaces allowed'"),
+        (("--namespace", "no spaces allowed"), {}, "--namespace='no spaces allowed'"),
     ],
     ids=["not-postgresql", "nothing-listening", "bad-namespace"],
 )
