@@ -561,6 +561,13 @@ class WorkerStore:
         rows = await self.admission_conn.fetch(self.sql.children_of, job_id)
         return rows[0][0] if rows else None
 
+    async def lanes_held_above(self, parent_id: int) -> list[tuple[str, str]]:
+        """The (namespace, lane) pairs held by the waiting chain from ``parent_id`` up
+        (``queries.waits.lanes_held_above``)."""
+        rows = await self.admission_conn.fetch(self.sql.lanes_held_above, parent_id)
+        found = json.loads(rows[0][0]) if rows and rows[0][0] else []
+        return [(namespace, lane) for namespace, lane in found]
+
     async def release_lock(self, name: str, job_id: int, execution_id: int) -> None:
         await self.lock_conn.execute(
             self.sql.release_lock, self.namespace, name, job_id, execution_id

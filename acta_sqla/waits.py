@@ -99,6 +99,28 @@ def held_lane(namespace: str, lane_key: str | None, rows: Sequence[dict[str, Any
     return None
 
 
+def lane_held_above(held: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]]) -> str | None:
+    """As :func:`held_lane`, for the lanes ``held`` by the parent's own ancestors that wait
+    for it (``WorkerStore.lanes_held_above``): a grandchild in such a lane queues behind a
+    job that waits, through the chain, for that grandchild."""
+    holders = set(held)
+    for index, row in enumerate(rows):
+        if row["lane_key"] is not None and (row["namespace"], row["lane_key"]) in holders:
+            return (
+                f"WaitForChildren: child {index} ({row['kind']}) is in lane "
+                f"{row['lane_key']!r}, which an ancestor of its parent holds while it waits "
+                "for this tree: the child would queue behind that ancestor and none of them "
+                "would ever run. Give the child another lane, or none"
+            )
+    return None
+
+
+def has_lanes(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether any of these children is in a lane: only then, and only for a parent that is
+    itself a child, are its ancestors' lanes read (:func:`lane_held_above`)."""
+    return any(row["lane_key"] is not None for row in rows)
+
+
 def child_row(job: Job, index: int) -> dict[str, Any]:
     """One child as the completion's spawn part reads it (``features["children"]``)."""
     from .models import Job

@@ -50,6 +50,7 @@ class WorkerSQL:
         self.take_lock = locks.take_lock(schema)
         self.admit = admission.admit(schema)
         self.children_of = waits.children_of(schema)
+        self.lanes_held_above = waits.lanes_held_above(schema)
         self.store_schedules = schedules.store_schedules(schema)
         self.cancel_dropped_fires = schedules.cancel_dropped_fires(schema)
         self.unfired_schedules = schedules.unfired_schedules(schema)

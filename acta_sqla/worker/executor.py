@@ -41,7 +41,14 @@ from ..errors import Cancel, Fail, InvalidJob, Retry
 from ..policy import Policy
 from ..settings import MAX_RESULT_BYTES, ActaSettings, Timings
 from ..values import ClaimedJob, Completion, Outcome
-from ..waits import WaitForChildren, WaitForSignal, children_from_json, held_lane
+from ..waits import (
+    WaitForChildren,
+    WaitForSignal,
+    children_from_json,
+    has_lanes,
+    held_lane,
+    lane_held_above,
+)
 from . import completions
 from .clock import Clock
 from .completions import error_fields
@@ -129,6 +136,7 @@ class Executor:
         lock_store: LockStore | None = None,
         lease: float = DEFAULT_LEASE_SECONDS,
         children_of: Callable[[int], Awaitable[str | None]] | None = None,
+        lanes_held_above: Callable[[int], Awaitable[list[tuple[str, str]]]] | None = None,
         chain: Callable[[ClaimedJob, Completion], Completion] | None = None,
         tracer: Tracer | None = None,
         job_metrics: bool = False,
@@ -149,6 +157,9 @@ class Executor:
         self.lease = lease
         """The worker's lease (from its heartbeat interval): part of the overrun cap."""
         self.children_of = children_of
+        self.lanes_held_above = lanes_held_above
+        """The lanes a job's waiting ancestors hold (None: no database): asked only when a
+        job that is itself a child spawns children with lanes."""
         self.chain = chain
         self.tracer = tracer
         """The attempt spans' tracer; None without an OpenTelemetry SDK (no span work). The
@@ -319,6 +330,14 @@ class Executor:
                 return completions.wait_for_signal(job, result.name, result.timeout, ran)
             if isinstance(result, WaitForChildren):
                 stranded = held_lane(self.namespace, job.lane_key, result.rows)
+                if (
+                    stranded is None
+                    and job.parent_id is not None  # a child spawning children with lanes
+                    and self.lanes_held_above is not None
+                    and has_lanes(result.rows)
+                ):
+                    held = await self.lanes_held_above(job.parent_id)
+                    stranded = lane_held_above(held, result.rows)
                 if stranded is None:
                     return completions.wait_for_children(job, result.rows, ran)
                 return completions.failed(job, policy, error_fields(InvalidJob(stranded)), ran)

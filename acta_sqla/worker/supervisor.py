@@ -246,6 +246,7 @@ class Worker:
                     lock_store=store,
                     lease=self.timings.lease,
                     children_of=store.children_of,
+                    lanes_held_above=store.lanes_held_above,
                     chain=self._chain if self.acta.schedules else None,
                     tracer=tracer,
                     job_metrics=metered,

@@ -251,3 +251,61 @@ async def test_a_parent_waiting_for_a_child_of_its_own_lane_fails_instead_of_str
     await drain(NESTED, database_url=db)
     row = await conn.fetchrow("SELECT status, result::text FROM acta.job WHERE id = $1", other.id)
     assert tuple(row) == ("succeeded", '"settled"')
+
+
+@NESTED.job(max_attempts=1)
+async def settle_middle(ctx: Context, account: str, grandchild_lane: str) -> object:
+    if ctx.resumed == "children":
+        return "middle done"
+    return WaitForChildren([settle.job(account=account, lane=grandchild_lane)])
+
+
+@NESTED.job(lane="account:{account}", max_attempts=1)
+async def settle_tree(ctx: Context, account: str, grandchild_lane: str) -> object:
+    if ctx.resumed == "children":
+        return "tree done"
+    return WaitForChildren([settle_middle.job(account=account, grandchild_lane=grandchild_lane)])
+
+
+async def test_a_grandchild_in_its_grandparent_s_lane_fails_its_parent_instead_of_stranding(
+    db: str, conn: asyncpg.Connection, async_session: AsyncSession
+) -> None:
+    """The grandparent holds its lane while it waits for the middle job, which waits for the
+    grandchild, which would queue behind the grandparent: nothing would ever run again in
+    that lane. The middle job's wait is refused (InvalidJob), so the tree ends and the lane
+    goes on. (Only a parent's own lane was checked: the three waited for ever.)"""
+    tree = settle_tree.job(account="9", grandchild_lane="account:9")
+    later = settle.job(account="9")
+    async_session.add_all([tree, later])
+    await async_session.commit()
+
+    result = await drain(NESTED, database_url=db)
+
+    assert not result.crashed
+    rows = await conn.fetch(
+        "SELECT kind, status, last_error->>'type', last_error->>'message' FROM acta.job ORDER BY id"
+    )
+    by_kind = {r[0]: r for r in rows}
+    assert set(by_kind) == {"settle_tree", "settle", "settle_middle"}  # no grandchild
+    middle = by_kind["settle_middle"]
+    assert (middle[1], middle[2]) == ("failed", "acta_sqla.errors.InvalidJob")
+    assert "which an ancestor of its parent holds" in middle[3]
+    assert by_kind["settle_tree"][1] == "succeeded"
+    assert [r[1] for r in rows if r[0] == "settle"] == ["succeeded"]  # the lane went on
+
+
+async def test_a_grandchild_in_another_lane_runs_and_the_tree_resumes(
+    db: str, conn: asyncpg.Connection, async_session: AsyncSession
+) -> None:
+    tree = settle_tree.job(account="10", grandchild_lane="elsewhere:10")
+    async_session.add(tree)
+    await async_session.commit()
+
+    await drain(NESTED, database_url=db)
+
+    rows = await conn.fetch("SELECT kind, status FROM acta.job ORDER BY id")
+    assert sorted(tuple(r) for r in rows) == [
+        ("settle", "succeeded"),
+        ("settle_middle", "succeeded"),
+        ("settle_tree", "succeeded"),
+    ]
