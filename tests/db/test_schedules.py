@@ -318,17 +318,26 @@ def _redeclared(cron: str) -> Schedule:
     return app.schedule("yearly", cron, tick, args={"label": "y"})
 
 
+async def _paused_then_every_minute(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> tuple[datetime, Schedule]:
+    """YEARLY stored with its fire of next January, paused (that fire cancelled), then
+    declared again every minute: the January tick and the new declaration."""
+    await store.store_schedules([YEARLY])
+    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
+    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    every_minute = _redeclared("* * * * *")
+    await store.store_schedules([every_minute])
+    return january, every_minute
+
+
 async def test_resume_after_the_cron_changed_while_paused_enqueues_the_new_cron_s_tick(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
     """Paused with its fire of next January cancelled, redeclared every minute, resumed: the
     next minute's fire is enqueued and named. It named that tick, enqueued nothing (the
     cancelled January fire blocked the insert) and left the schedule silent until January."""
-    await store.store_schedules([YEARLY])
-    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
-    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
-    every_minute = _redeclared("* * * * *")
-    await store.store_schedules([every_minute])
+    january, every_minute = await _paused_then_every_minute(conn, store)
 
     named = await schedules.resume(conn, "acta", "default", "yearly")
 
@@ -342,12 +351,8 @@ async def test_a_worker_starting_after_the_cron_changed_while_paused_and_resumed
 ) -> None:
     """The worker's side of the same: a schedule with only a cancelled fire of a later tick
     gets the new cron's coming tick at start-up, not one after the cancelled fire."""
-    await store.store_schedules([YEARLY])
-    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
-    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    january, every_minute = await _paused_then_every_minute(conn, store)
     await conn.execute("UPDATE acta.schedule SET enabled = true")  # resumed by hand
-    every_minute = _redeclared("* * * * *")
-    await store.store_schedules([every_minute])
 
     [(_, coming)] = await store.ensure_fires({"yearly": every_minute})
 
@@ -361,11 +366,7 @@ async def test_the_new_cron_s_chain_goes_on_past_a_cancelled_fire_of_a_later_tic
     """After a cron changed while paused, each fire's completion enqueues the next: the
     cancelled fire of next January does not count as a later fire (it did, so the chain
     stopped after one fire until a recovery pass)."""
-    await store.store_schedules([YEARLY])
-    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
-    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
-    every_minute = _redeclared("* * * * *")
-    await store.store_schedules([every_minute])
+    january, every_minute = await _paused_then_every_minute(conn, store)
     named = await schedules.resume(conn, "acta", "default", "yearly")
     assert named is not None
 
