@@ -267,7 +267,13 @@ POLICY_CHECKS: dict[str, Callable[[Any], Any]] = {
     "lane": _optional(check_template),
     "unique_key": _optional(check_template),
     "retention": _optional(
-        _seconds(positive=False, meaning="seconds a finished job is kept; None keeps it")
+        # At most 10**10 s (about 317 years): the prune subtracts it from now(), and a
+        # timestamp out of range failed every recovery pass of the namespace.
+        _seconds(
+            positive=False,
+            meaning="seconds a finished job is kept; None keeps it",
+            maximum=1e10,
+        )
     ),
     "paused": _bool,
 }

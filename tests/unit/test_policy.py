@@ -315,3 +315,12 @@ def test_a_bad_override_says_what_is_wrong(name: str, value: str, message: str) 
 
     with pytest.raises(Refused, match=message):
         override_value(name, value)
+
+
+@pytest.mark.parametrize("retention", [1e10 + 1, 10**12, 3e11])
+def test_a_retention_beyond_the_database_s_timestamps_is_refused(retention: float) -> None:
+    """Accepted, it failed every recovery pass of the namespace (the prune's now() minus
+    it is out of range): no kind was pruned again."""
+    with pytest.raises(ConfigurationError, match=r"retention=.* <= 1e\+10"):
+        Policy(retention=retention)
+    assert Policy(retention=1e10).retention == 1e10
