@@ -295,6 +295,10 @@ def run_app(app: Any, args: list[str] | None = None) -> NoReturn:
     error. Everything else is as Click's standalone mode does it."""
     click = _typer_click()
     exceptions = click.exceptions
+    # Typer 0.2x raises its own Abort (typer.exceptions), older ones Click's.
+    from typer import core
+
+    abort = getattr(core, "Abort", None) or exceptions.Abort
     try:
         returned = app(args=args, prog_name="acta", standalone_mode=False)
     except exceptions.UsageError as exc:
@@ -314,7 +318,7 @@ def run_app(app: Any, args: list[str] | None = None) -> NoReturn:
     except exceptions.ClickException as exc:
         print(f"acta: {printable(exc.format_message())}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
-    except exceptions.Abort:
+    except abort:
         print("Aborted!", file=sys.stderr)
         raise SystemExit(1) from None
     # Not standalone: an Exit's status comes back as the value, a command's own return

@@ -234,6 +234,20 @@ def test_the_same_value_from_the_environment_is_named_as_the_variable() -> None:
     )
 
 
+def test_a_bug_in_a_command_keeps_its_own_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception run_app does not handle propagates as itself (its Abort clause named an
+    attribute Typer's Click lacks: an AttributeError was chained onto every such error)."""
+    from acta_sqla.cli import jobs
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OverflowError("date value out of range")
+
+    monkeypatch.setattr(jobs, "_database", broken)
+    monkeypatch.setattr(sys, "argv", ["acta", "jobs", "ls"])
+    with pytest.raises(OverflowError):
+        main()
+
+
 # ---------------------------------------------------------------- Retry at a time
 
 
