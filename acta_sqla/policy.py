@@ -218,7 +218,8 @@ class Rate:
         if self.count > INT4_MAX:
             raise Refused(f"N must be at most {INT4_MAX:,}; write {self.SYNTAX}")
         if self.period > self.MAX_PERIOD:
-            raise Refused(f"the period must be at most 36500d (100 years); write {self.SYNTAX}")
+            days = f"{self.MAX_PERIOD / 86400:g}d"
+            raise Refused(f"the period must be at most {days} (100 years); write {self.SYNTAX}")
         if not self.text:  # Rate(3, 10.0) built in code: spell it as stored
             object.__setattr__(self, "text", f"{self.count}/{self.period:g}s")
 

@@ -565,8 +565,7 @@ class WorkerStore:
         """The (namespace, lane) pairs held by the waiting chain from ``parent_id`` up
         (``queries.waits.lanes_held_above``)."""
         rows = await self.admission_conn.fetch(self.sql.lanes_held_above, parent_id)
-        found = json.loads(rows[0][0]) if rows and rows[0][0] else []
-        return [(namespace, lane) for namespace, lane in found]
+        return [(r[0], r[1]) for r in rows]
 
     async def release_lock(self, name: str, job_id: int, execution_id: int) -> None:
         await self.lock_conn.execute(

@@ -82,42 +82,29 @@ class WaitForChildren:
         object.__setattr__(self, "rows", [child_row(job, i) for i, job in enumerate(children)])
 
 
-def held_lane(namespace: str, lane_key: str | None, rows: Sequence[dict[str, Any]]) -> str | None:
-    """Why a parent of lane ``lane_key`` (in ``namespace``) cannot wait for these children
-    (rows as :func:`child_row` builds them), or None: a child in the parent's own lane would
-    queue ``waiting`` behind its parent, which holds the lane while it waits for the child,
-    so neither would ever run and the lane would be stranded."""
-    if lane_key is None:
-        return None
-    for index, row in enumerate(rows):
-        if row["lane_key"] == lane_key and row["namespace"] == namespace:
-            return (
-                f"WaitForChildren: child {index} ({row['kind']}) is in lane {lane_key!r}, "
-                "which its parent holds while it waits: the child would queue behind its "
-                "parent and neither would ever run. Give the child another lane, or none"
-            )
-    return None
-
-
-def lane_held_above(held: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]]) -> str | None:
-    """As :func:`held_lane`, for the lanes ``held`` by the parent's own ancestors that wait
-    for it (``WorkerStore.lanes_held_above``): a grandchild in such a lane queues behind a
-    job that waits, through the chain, for that grandchild."""
+def held_lane(
+    held: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], holder: str
+) -> str | None:
+    """Why a parent cannot wait for these children (rows as :func:`child_row` builds them),
+    or None: a child in a lane ``held`` ((namespace, lane) pairs) by ``holder`` (the parent
+    itself, or an ancestor waiting for it through the chain:
+    ``WorkerStore.lanes_held_above``) would queue ``waiting`` behind a job that waits for
+    that very child, so none of them would ever run and the lane would be stranded."""
     holders = set(held)
     for index, row in enumerate(rows):
         if row["lane_key"] is not None and (row["namespace"], row["lane_key"]) in holders:
             return (
                 f"WaitForChildren: child {index} ({row['kind']}) is in lane "
-                f"{row['lane_key']!r}, which an ancestor of its parent holds while it waits "
-                "for this tree: the child would queue behind that ancestor and none of them "
-                "would ever run. Give the child another lane, or none"
+                f"{row['lane_key']!r}, which {holder} holds while it waits: the child would "
+                "queue behind it and none of them would ever run. Give the child another "
+                "lane, or none"
             )
     return None
 
 
 def has_lanes(rows: Sequence[dict[str, Any]]) -> bool:
     """Whether any of these children is in a lane: only then, and only for a parent that is
-    itself a child, are its ancestors' lanes read (:func:`lane_held_above`)."""
+    itself a child, are its ancestors' lanes read (:func:`held_lane`)."""
     return any(row["lane_key"] is not None for row in rows)
 
 

@@ -278,13 +278,16 @@ def run_cli(
     return wrapper
 
 
-def _typer_click() -> Any:
-    """The Click that Typer's commands are built with: Typer 0.2x vendors its own
-    (``typer._click``), older releases use Click itself."""
+def _typer_exceptions() -> tuple[Any, Any, Any]:
+    """Click's ``UsageError`` and ``ClickException`` and the ``Abort`` as Typer raises them:
+    Typer 0.2x vendors its own Click (``typer._click``) and has its own Abort, older
+    releases use Click's."""
     from typer import core
 
     vendored = getattr(core, "_click", None)
-    return vendored if vendored is not None else importlib.import_module("click")
+    click = vendored if vendored is not None else importlib.import_module("click")
+    abort = getattr(core, "Abort", None) or click.exceptions.Abort
+    return click.exceptions.UsageError, click.exceptions.ClickException, abort
 
 
 def run_app(app: Any, args: list[str] | None = None) -> NoReturn:
@@ -293,15 +296,10 @@ def run_app(app: Any, args: list[str] | None = None) -> NoReturn:
     ls --help'``, and exit 2 (``acta doctor``: 3, as any of its configuration
     mistakes, since 1 and 2 are its findings) instead of Click's usage text and boxed
     error. Everything else is as Click's standalone mode does it."""
-    click = _typer_click()
-    exceptions = click.exceptions
-    # Typer 0.2x raises its own Abort (typer.exceptions), older ones Click's.
-    from typer import core
-
-    abort = getattr(core, "Abort", None) or exceptions.Abort
+    usage_error, click_exception, abort = _typer_exceptions()
     try:
         returned = app(args=args, prog_name="acta", standalone_mode=False)
-    except exceptions.UsageError as exc:
+    except usage_error as exc:
         ctx = exc.ctx
         if type(exc).__name__ == "NoArgsIsHelpError":
             # A group named without a command: its help (Typer's rich help is already
@@ -315,7 +313,7 @@ def run_app(app: Any, args: list[str] | None = None) -> NoReturn:
         print(f"{path}: {printable(message)}; see '{path} --help'", file=sys.stderr)
         callback = ctx.command.callback if ctx is not None else None
         raise SystemExit(getattr(callback, "usage_exit_status", exc.exit_code)) from None
-    except exceptions.ClickException as exc:
+    except click_exception as exc:
         print(f"acta: {printable(exc.format_message())}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     except abort:

@@ -25,12 +25,12 @@ def children_of(schema: str) -> str:
 
 def lanes_held_above(schema: str) -> str:
     """The lanes held by job $1 and the ancestors above it that each wait for the child
-    below (``waiting`` for children, not for a signal): ``[namespace, lane_key]`` pairs as
-    one JSON array (NULL when none holds a lane). A child of $1's child in one of these
-    lanes would queue behind a job that waits, through the chain, for that very child:
-    the lane would be stranded. The walk stops at the first ancestor not waiting for
-    children (above it nothing waits for this tree). By primary key, one row per level;
-    read only when a child job spawns children with lanes."""
+    below (``waiting`` for children, not for a signal): (namespace, lane_key) rows. A
+    child of $1's child in one of these lanes would queue behind a job that waits, through
+    the chain, for that very child: the lane would be stranded. The walk stops at the
+    first ancestor not waiting for children (above it nothing waits for this tree). By
+    primary key, one row per level; read only when a child job spawns children with
+    lanes."""
     s = quote(schema)
     return f"""
         WITH RECURSIVE up (id, parent_id, namespace, lane_key, depth) AS (
@@ -43,8 +43,7 @@ def lanes_held_above(schema: str) -> str:
             WHERE j.status = 'waiting' AND j.pending_children > 0
               AND j.awaited_signal IS NULL AND up.depth < 1000
         )
-        SELECT json_agg(json_build_array(namespace, lane_key))::text FROM up
-        WHERE lane_key IS NOT NULL"""
+        SELECT namespace, lane_key FROM up WHERE lane_key IS NOT NULL"""
 
 
 def wake_timed_out(schema: str) -> str:

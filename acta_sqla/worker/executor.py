@@ -47,7 +47,6 @@ from ..waits import (
     children_from_json,
     has_lanes,
     held_lane,
-    lane_held_above,
 )
 from . import completions
 from .clock import Clock
@@ -329,15 +328,16 @@ class Executor:
             if isinstance(result, WaitForSignal):
                 return completions.wait_for_signal(job, result.name, result.timeout, ran)
             if isinstance(result, WaitForChildren):
-                stranded = held_lane(self.namespace, job.lane_key, result.rows)
+                own = [(self.namespace, job.lane_key)] if job.lane_key is not None else []
+                stranded = held_lane(own, result.rows, "its parent")
                 if (
                     stranded is None
                     and job.parent_id is not None  # a child spawning children with lanes
                     and self.lanes_held_above is not None
                     and has_lanes(result.rows)
                 ):
-                    held = await self.lanes_held_above(job.parent_id)
-                    stranded = lane_held_above(held, result.rows)
+                    above = await self.lanes_held_above(job.parent_id)
+                    stranded = held_lane(above, result.rows, "an ancestor of its parent")
                 if stranded is None:
                     return completions.wait_for_children(job, result.rows, ran)
                 return completions.failed(job, policy, error_fields(InvalidJob(stranded)), ran)

@@ -1049,12 +1049,11 @@ SELECT json_agg(json_build_array(id, kind, status, result, last_error)
 FROM "acta".job WHERE parent_id = $1;
 
 -- waits.lanes_held_above: The lanes held by job $1 and the ancestors above it that each wait for
---   the child below (``waiting`` for children, not for a signal): ``[namespace, lane_key]`` pairs
---   as one JSON array (NULL when none holds a lane). A child of $1's child in one of these lanes
---   would queue behind a job that waits, through the chain, for that very child: the lane would be
---   stranded. The walk stops at the first ancestor not waiting for children (above it nothing waits
---   for this tree). By primary key, one row per level; read only when a child job spawns children
---   with lanes.
+--   the child below (``waiting`` for children, not for a signal): (namespace, lane_key) rows. A
+--   child of $1's child in one of these lanes would queue behind a job that waits, through the
+--   chain, for that very child: the lane would be stranded. The walk stops at the first ancestor
+--   not waiting for children (above it nothing waits for this tree). By primary key, one row per
+--   level; read only when a child job spawns children with lanes.
 WITH RECURSIVE up (id, parent_id, namespace, lane_key, depth) AS (
     SELECT j.id, j.parent_id, j.namespace, j.lane_key, 1 FROM "acta".job AS j
     WHERE j.id = $1 AND j.status = 'waiting' AND j.pending_children > 0
@@ -1065,8 +1064,7 @@ WITH RECURSIVE up (id, parent_id, namespace, lane_key, depth) AS (
     WHERE j.status = 'waiting' AND j.pending_children > 0
       AND j.awaited_signal IS NULL AND up.depth < 1000
 )
-SELECT json_agg(json_build_array(namespace, lane_key))::text FROM up
-WHERE lane_key IS NOT NULL;
+SELECT namespace, lane_key FROM up WHERE lane_key IS NOT NULL;
 
 -- schedules.cancel_dropped_fires: The pending fires (not running: :data:`UNSTARTED`) of dropped
 --   schedules $2 of namespace $1 end ``cancelled``.
