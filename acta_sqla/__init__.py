@@ -20,6 +20,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Cancel": (".errors", "Cancel"),
     "ConfigurationError": (".errors", "ConfigurationError"),
     "Context": (".context", "Context"),
+    "DeadlockDetected": (".errors", "DeadlockDetected"),
     "DuplicateJob": (".errors", "DuplicateJob"),
     "EnqueueResult": (".session", "EnqueueResult"),
     "Execution": (".models", "Execution"),
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Worker": (".models", "Worker"),
     "Child": (".waits", "Child"),
     "InvalidSignal": (".errors", "InvalidSignal"),
+    "JobActive": (".errors", "JobActive"),
     "JobFinished": (".errors", "JobFinished"),
     "JobNotFound": (".errors", "JobNotFound"),
     "WaitForChildren": (".waits", "WaitForChildren"),
@@ -55,6 +57,7 @@ __all__ = [
     "Child",
     "ConfigurationError",
     "Context",
+    "DeadlockDetected",
     "DuplicateJob",
     "EnqueueResult",
     "Execution",
@@ -64,6 +67,7 @@ __all__ = [
     "InvalidJobArgs",
     "InvalidSignal",
     "Job",
+    "JobActive",
     "JobBatch",
     "JobFinished",
     "JobNotFound",
@@ -89,11 +93,13 @@ if TYPE_CHECKING:
     from .errors import ActaError as ActaError
     from .errors import Cancel as Cancel
     from .errors import ConfigurationError as ConfigurationError
+    from .errors import DeadlockDetected as DeadlockDetected
     from .errors import DuplicateJob as DuplicateJob
     from .errors import Fail as Fail
     from .errors import InvalidJob as InvalidJob
     from .errors import InvalidJobArgs as InvalidJobArgs
     from .errors import InvalidSignal as InvalidSignal
+    from .errors import JobActive as JobActive
     from .errors import JobFinished as JobFinished
     from .errors import JobNotFound as JobNotFound
     from .errors import LockUnavailable as LockUnavailable

@@ -83,6 +83,29 @@ class JobFinished(ActaError):
         )
 
 
+class JobActive(ActaError):
+    """An unfinished job (ready, executing or waiting) cannot be deleted: its parent would
+    wait for it, or its lane behind it, for ever. Cancel it, then delete it once finished
+    (or leave it to the prune)."""
+
+    def __init__(self, job_id: int, status: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(
+            f"job {job_id} is {status}: deleting an unfinished job would strand its parent "
+            f"or its lane; cancel it first (`await acta.cancel(session, {job_id})`, or "
+            f"`acta jobs cancel {job_id}`), then delete it once it has finished, or leave it "
+            "to the prune. Nothing was deleted; the session is as before the delete"
+        )
+
+
+class DeadlockDetected(ActaError):
+    """A parent waited for a child queued in a lane whose head waits, through its own
+    children, for that parent: a cycle no job of it could leave. The recovery pass fails
+    one parent of the cycle (the youngest) with this error so the lanes move; the job's
+    ``last_error`` names this class (docs/waits.md)."""
+
+
 class InvalidSignal(ActaError):
     """A signal's name or payload cannot be stored (the message says which and why)."""
 

@@ -27,14 +27,16 @@ from sqlalchemy import (
     Sequence,
     SmallInteger,
     Text,
+    event,
     func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, validates
+from sqlalchemy.orm.exc import ObjectDeletedError
 
 from .database import install_error_translation
-from .errors import InvalidJob
+from .errors import InvalidJob, JobActive
 from .payload import args_json
 from .policy import job_column, job_option
 from .queries._render import ACTIVE, TERMINAL
@@ -232,6 +234,14 @@ class Job(Base):
             "lane_key",
             "id",
             postgresql_where=text("status = 'waiting' AND lane_key IS NOT NULL"),
+        ),
+        # Parents waiting for children: recovery's recount and its walk of the wait-for
+        # graph for cycles across lanes (migration 0014).
+        Index(
+            "job_children_wait_idx",
+            "namespace",
+            "id",
+            postgresql_where=text("status = 'waiting' AND pending_children > 0"),
         ),
         # Signal waits by deadline: every heartbeat wakes those past it (migration 0007).
         Index(
@@ -477,3 +487,28 @@ class ConcurrencySlot(Base):
 # A plain ``session.add`` of a duplicate unique job raises DuplicateJob naming the key,
 # from the moment the models are in use.
 install_error_translation()
+
+
+def _refuse_deleting_unfinished(session: Session, _context: Any, _instances: Any) -> None:
+    """``session.delete(job)`` of a ready, executing or waiting job: refused at the flush,
+    before any SQL, with the delete undone (the session is as before it) and
+    :class:`JobActive` pointing at ``acta.cancel``. Deleting it would strand its parent
+    (counting a child that no longer exists) or its lane (queued behind a head that is
+    gone). A hand-written DELETE gets a cancel's effects instead (migration 0014)."""
+    refused: list[Job] = []
+    for obj in session.deleted:
+        if isinstance(obj, Job):
+            try:
+                status = obj.status  # an expired job reloads it: the stored status
+            except ObjectDeletedError:
+                continue  # already gone: the flush deletes nothing
+            if status in ACTIVE_STATUSES:
+                refused.append(obj)
+    if refused:
+        for obj in refused:
+            session.add(obj)  # no longer marked for deletion
+        first = refused[0]
+        raise JobActive(first.id, str(first.status))
+
+
+event.listen(Session, "before_flush", _refuse_deleting_unfinished)

@@ -604,6 +604,42 @@ class WorkerStore:
         )
         return int(rows[0][0]) if rows else 0
 
+    async def recount_stranded_parents(self, limit: int) -> list[tuple[int, int, str]]:
+        """Up to ``limit`` waiting parents counting more children than they have unfinished
+        (one deleted without its terminal effects) recounted, each under its row lock, in a
+        snapshot taken after the lock (``queries.recovery.recount_parents``): (id, count,
+        status); one with none left is ``ready``."""
+        found = await self.admin_conn.fetch(self.sql.stranded_parents, self.namespace, limit)
+        if not found:
+            return []
+        ids = [r[0] for r in found]
+        _, rows = await self.admin_conn.fetch_together(
+            [(self.sql.lock_parents, (ids,)), (self.sql.recount_parents, (ids,))]
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    async def promote_headless_lanes(self, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` lanes with jobs queued and no head: each one's oldest queued job
+        made ``ready``, under the lane's lock, one transaction per lane. (lane, job id)."""
+        found = await self.admin_conn.fetch(self.sql.headless_lanes, self.namespace, limit)
+        promoted = []
+        for (lane,) in found:
+            _, rows = await self.admin_conn.fetch_together(
+                [
+                    (self.sql.lock_lane, (self.namespace, lane)),
+                    (self.sql.promote_lane, (self.namespace, lane)),
+                ]
+            )
+            promoted += [(lane, r[0]) for r in rows]
+        return promoted
+
+    async def fail_deadlocked(self) -> list[tuple[int, int, str, int]]:
+        """One waiting parent of each wait cycle across lanes failed with
+        ``DeadlockDetected``: (victim, its queued child, that child's lane, the lane's
+        head)."""
+        rows = await self.admin_conn.fetch(self.sql.fail_deadlocked, self.namespace)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
     async def check_schema(self) -> None:
         """Fail with what to do when acta's tables are missing or behind this code."""
         try:

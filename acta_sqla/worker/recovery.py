@@ -36,6 +36,9 @@ class RecoveryStore(Protocol):
     ) -> list[tuple[int, JobStatus, bool]]: ...
     async def mark_dead_workers(self) -> list[int]: ...
     async def prune_finished(self, limit: int, default_retention: float) -> int: ...
+    async def recount_stranded_parents(self, limit: int) -> list[tuple[int, int, str]]: ...
+    async def promote_headless_lanes(self, limit: int) -> list[tuple[str, int]]: ...
+    async def fail_deadlocked(self) -> list[tuple[int, int, str, int]]: ...
 
 
 @dataclass(slots=True)
@@ -45,12 +48,53 @@ class RecoveryResult:
     failed: int = 0
     dead_workers: int = 0
     pruned: int = 0
+    recounted: int = 0
+    promoted: int = 0
+    deadlocks: int = 0
 
 
 def decide_expired(lost: ExpiredLease) -> ExpiredDecision:
     """What becomes of a row whose lease ran out: completions.py decides (the budget's
     default is the seed's, as a kind's stored definition gives its own)."""
     return completions.lease_expired(lost, DEFAULT_MAX_ATTEMPTS)
+
+
+async def repair_waits(store: RecoveryStore, result: RecoveryResult) -> None:
+    """What no job of the namespace could ever leave by itself (issue 28): a parent
+    counting children that no longer exist (recounted; resumed if none is left), a lane
+    with no head (its oldest queued job promoted), both left by older code or a DELETE with
+    triggers disabled; and a cycle of waits across lanes (one parent failed with
+    ``DeadlockDetected``). Each is named in the log: it was a bug or an accident."""
+    for parent, pending, status in await store.recount_stranded_parents(RECOVERY_CHUNK):
+        result.recounted += 1
+        log.bind(event="parent_recounted", job_id=parent).warning(
+            "recovery: job {} waited for children that no longer exist (deleted without "
+            "their terminal effects); recounted: {} unfinished, now {}",
+            parent,
+            pending,
+            status,
+        )
+    for lane, job_id in await store.promote_headless_lanes(RECOVERY_CHUNK):
+        result.promoted += 1
+        log.bind(event="lane_promoted", job_id=job_id).warning(
+            "recovery: lane {!r} had jobs queued and no head (deleted without its terminal "
+            "effects); job {} runs next",
+            lane,
+            job_id,
+        )
+    for victim, child, lane, head in await store.fail_deadlocked():
+        result.deadlocks += 1
+        log.bind(event="deadlock_detected", job_id=victim).warning(
+            "recovery: deadlock detected: job {} waited for its child job {}, queued in "
+            "lane {!r} behind job {}, whose wait leads back to job {}; job {} failed "
+            "(DeadlockDetected) so that the lanes move on",
+            victim,
+            child,
+            lane,
+            head,
+            victim,
+            victim,
+        )
 
 
 async def run_recovery(store: RecoveryStore) -> RecoveryResult:
@@ -68,6 +112,7 @@ async def run_recovery(store: RecoveryStore) -> RecoveryResult:
         result.pruned += pruned
         if pruned < PRUNE_CHUNK:
             break
+    await repair_waits(store, result)
     if result.recovered or result.dead_workers:
         log.bind(event="recovered").info(
             "recovery: {} expired row(s) back ({} charged, {} failed for good), {} dead "

@@ -62,3 +62,17 @@ async def tree(ctx: Context, depth: int) -> int:
         return WaitForChildren([tree.job(depth=depth - 1) for _ in range(2)])  # type: ignore[return-value]
     record("end", ctx, ctx.resumed)
     return sum(int(c.result) for c in ctx.children)
+
+
+@acta.job()
+async def cross_lane(ctx: Context, child_lane: str, pause: float = 0.0) -> list[list[object]]:
+    """Waits for one leaf queued in ``child_lane``: two of them in each other's lanes wait
+    for each other (issue 28, item 10)."""
+    record("start", ctx, ctx.resumed or "first")
+    if ctx.resumed is None:
+        record("end", ctx, "waits")
+        return WaitForChildren(  # type: ignore[return-value]
+            [leaf.job(i=1, lane=child_lane, pause=pause)]
+        )
+    record("end", ctx, ctx.resumed)
+    return [[c.kind, c.status, c.result] for c in ctx.children]

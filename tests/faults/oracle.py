@@ -454,8 +454,10 @@ def parent_resumes_once_after_its_children(r: Report, want: Expected) -> Iterato
             if end.old != "waiting":
                 yield f"parent {parent}: its wait (seq {start.seq}) ended {end.old}->{end.new}"
                 continue
-            if end.new == "cancelled":
-                continue  # a cancel ends the wait whatever the children did
+            if end.new in ("cancelled", "failed"):
+                # A cancel ends the wait whatever the children did; so does recovery's
+                # failure of a wait cycle's victim (DeadlockDetected, docs/waits.md).
+                continue
             for kid in mine:
                 done = [c for c in r.history.get(kid, []) if c.new in TERMINAL]
                 if not done or not (done[0].seq < end.seq or done[0].txid == end.txid):

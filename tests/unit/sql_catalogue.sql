@@ -594,6 +594,80 @@ SELECT coalesce((
 ), '[]')::text AS depth
 FROM turn;
 
+-- recovery.fail_deadlocked: Repair, step 3: cycles in the wait-for graph of namespace $1, one
+--   waiting parent of each failed with ``DeadlockDetected`` (docs/waits.md).
+WITH RECURSIVE queued AS MATERIALIZED (
+    SELECT q.id, q.lane_key, q.parent_id
+    FROM "acta".job AS q JOIN "acta".job AS p ON p.id = q.parent_id
+    WHERE q.namespace = $1 AND q.status = 'waiting' AND q.lane_key IS NOT NULL
+      AND q.awaited_signal IS NULL AND q.pending_children = 0
+      AND p.status = 'waiting' AND p.pending_children > 0
+      AND (q.parent_execution_id IS NULL OR q.parent_execution_id = p.execution_id)
+),
+heads AS MATERIALIZED (
+    SELECT l.lane_key, h.id
+    FROM (SELECT DISTINCT lane_key FROM queued) AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM "acta".job AS j
+        WHERE j.namespace = $1 AND j.lane_key = l.lane_key AND j.status = 'waiting'
+          AND j.pending_children > 0
+        ORDER BY j.id LIMIT 1
+    ) AS h
+),
+up (q, a, depth) AS (
+    SELECT q.id, q.parent_id, 1 FROM queued AS q
+    UNION ALL
+    SELECT up.q, p.id, up.depth + 1
+    FROM up
+    JOIN "acta".job AS c ON c.id = up.a
+    JOIN "acta".job AS p ON p.id = c.parent_id
+    WHERE p.status = 'waiting' AND p.pending_children > 0 AND (c.parent_execution_id IS NULL OR c.parent_execution_id = p.execution_id)
+      AND up.depth < 1000
+),
+edges AS MATERIALIZED (
+    SELECT DISTINCT q.id AS src, up.q AS dst
+    FROM queued AS q
+    JOIN heads AS h ON h.lane_key = q.lane_key
+    JOIN up ON up.a = h.id
+),
+reach (src, dst) AS (
+    SELECT src, dst FROM edges
+    UNION
+    SELECT r.src, e.dst FROM reach AS r JOIN edges AS e ON e.src = r.dst
+),
+knots AS (
+    -- each queued job on a cycle, with the youngest parent of its knot
+    SELECT r1.src AS member, max(q2.parent_id) AS victim
+    FROM reach AS r1
+    JOIN reach AS r2 ON r2.src = r1.dst AND r2.dst = r1.src
+    JOIN queued AS q2 ON q2.id = r1.dst
+    GROUP BY r1.src
+),
+victims AS (
+    SELECT DISTINCT ON (k.victim) k.victim AS id, q.id AS child, q.lane_key,
+           h.id AS head
+    FROM knots AS k
+    JOIN queued AS q ON q.id = k.member AND q.parent_id = k.victim
+    JOIN heads AS h ON h.lane_key = q.lane_key
+    ORDER BY k.victim, q.id
+),
+seen AS (
+    SELECT v.*, j.execution_id FROM victims AS v JOIN "acta".job AS j ON j.id = v.id
+)
+UPDATE "acta".job AS j SET
+    status = 'failed', finished_at = now(), pending_children = 0,
+    last_error = jsonb_build_object(
+        'type', 'DeadlockDetected',
+        'message', format(
+            'deadlock detected: job %s waited for its child job %s, queued in lane '
+            '%s behind job %s, whose own wait leads back to job %s; failed as the '
+            'youngest waiting parent of the cycle, so that its lanes move on (see '
+            'docs/waits.md)', v.id, v.child, v.lane_key, v.head, v.id))
+FROM seen AS v
+WHERE j.id = v.id AND j.status = 'waiting' AND j.pending_children > 0
+  AND j.execution_id IS NOT DISTINCT FROM v.execution_id
+RETURNING j.id, v.child, v.lane_key, v.head;
+
 -- recovery.finish_expired: Recovery, step 1b: the completions Python built for the expired rows,
 --   applied by the same parts as complete_executions (so the same terminal effects follow); the
 --   jobs of $4 (ids Python decided to isolate) become suspects in the same fenced write, so no
@@ -720,6 +794,41 @@ next_fire AS (
     WHERE (nf.status = 'cancelled' AND nf.attempts = 0))
 SELECT id, status FROM done;
 
+-- recovery.headless_lanes: Repair, step 2a: up to $2 lanes of namespace $1 with jobs queued and no
+--   head (it was deleted without its terminal effects). ``lanes`` walks the distinct lanes that
+--   have waiting jobs on ``job_lane_waiting_idx``, one index descent each; each lane's head is
+--   looked for on ``job_lane_idx``.
+WITH RECURSIVE lanes AS (
+    (SELECT j.lane_key FROM "acta".job AS j
+     WHERE j.namespace = $1 AND j.status = 'waiting' AND j.lane_key IS NOT NULL
+     ORDER BY j.lane_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.lane_key FROM "acta".job AS j
+            WHERE j.namespace = $1 AND j.status = 'waiting'
+              AND j.lane_key IS NOT NULL AND j.lane_key > l.lane_key
+            ORDER BY j.lane_key LIMIT 1)
+    FROM lanes AS l WHERE l.lane_key IS NOT NULL
+)
+SELECT l.lane_key FROM lanes AS l
+WHERE l.lane_key IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM "acta".job AS h
+    WHERE h.namespace = $1 AND h.lane_key = l.lane_key AND h.status IN ('ready', 'executing', 'waiting') AND (h.status <> 'waiting' OR h.awaited_signal IS NOT NULL OR h.pending_children > 0)
+)
+LIMIT $2;
+
+-- recovery.lock_lane: Repair, step 2b (first statement of one transaction): lane $2 of namespace
+--   $1, by the advisory lock its enqueue and its hand-on take (migration 0006).
+SELECT pg_advisory_xact_lock(hashtextextended('acta.lane' || chr(31) || $1 || chr(31) || $2, 0));
+
+-- recovery.lock_parents: Repair, step 1b (first statement of one transaction): the parents $1 still
+--   waiting for children, locked. A child's end decrements its parent under this row lock, so once
+--   it is held no child of these parents ends until the transaction does, and the next statement's
+--   snapshot (a new one) counts exactly what the count must say.
+SELECT id FROM "acta".job
+WHERE id = ANY ($1::bigint[]) AND status = 'waiting' AND pending_children > 0
+ORDER BY id
+FOR UPDATE SKIP LOCKED;
+
 -- recovery.mark_dead_workers: Recovery, step 2: workers silent for 7 of their own beats are dead
 --   (each row keeps its worker's interval: a namespace may mix settings); their locks and
 --   concurrency slots are freed.
@@ -737,6 +846,22 @@ slots AS (
     RETURNING 1
 )
 SELECT id FROM dead;
+
+-- recovery.promote_lane: Repair, step 2c (second statement, same transaction, a new snapshot under
+--   the lane's lock): if lane $2 of namespace $1 still has no head, its oldest queued job becomes
+--   ``ready``, as the hand-on does. The promoted job's id.
+UPDATE "acta".job SET status = 'ready', run_at = greatest(run_at, now())
+WHERE id = (
+    SELECT j.id FROM "acta".job AS j
+    WHERE j.namespace = $1 AND j.lane_key = $2 AND j.status = 'waiting'
+    ORDER BY j.id LIMIT 1
+)
+  AND status = 'waiting'
+  AND NOT EXISTS (
+      SELECT 1 FROM "acta".job AS h
+      WHERE h.namespace = $1 AND h.lane_key = $2 AND h.status IN ('ready', 'executing', 'waiting') AND (h.status <> 'waiting' OR h.awaited_signal IS NOT NULL OR h.pending_children > 0)
+  )
+RETURNING id;
 
 -- recovery.prune_finished: Recovery, step 3: finished jobs past their kind's retention, one bounded
 --   chunk of $2 rows of namespace $1 ($3: the default retention, for kinds whose definition names
@@ -796,6 +921,25 @@ history AS (
 )
 SELECT count(*) FROM gone;
 
+-- recovery.recount_parents: Repair, step 1c (second statement, same transaction): each parent of $1
+--   whose count exceeds its unfinished children gets the number of them; one with none left becomes
+--   ``ready``, told ``resumed = 'children'`` (the NOTIFY trigger wakes a worker), as the last
+--   child's end would have made it. A child ending while the lock is held waits and then applies
+--   its decrement to the new count. (id, new count, status).
+WITH counted AS (
+    SELECT p.id, (SELECT count(*) FROM "acta".job AS c
+        WHERE c.parent_id = p.id AND c.status IN ('ready', 'executing', 'waiting') AND (c.parent_execution_id IS NULL OR c.parent_execution_id = p.execution_id)) AS pending
+    FROM "acta".job AS p WHERE p.id = ANY ($1::bigint[])
+)
+UPDATE "acta".job AS j SET
+    pending_children = c.pending,
+    status = CASE WHEN c.pending = 0 THEN 'ready' ELSE j.status END,
+    run_at = CASE WHEN c.pending = 0 THEN now() ELSE j.run_at END,
+    resumed = CASE WHEN c.pending = 0 THEN 'children' ELSE j.resumed END
+FROM counted AS c
+WHERE j.id = c.id AND j.status = 'waiting' AND j.pending_children > c.pending
+RETURNING j.id, j.pending_children, j.status;
+
 -- recovery.select_expired: Recovery, step 1a: up to $2 rows of namespace $1 whose lease ran out,
 --   oldest first, with what Python needs to decide their completion (``ExpiredLease``'s columns, in
 --   its order): attempts, the budget inputs, whether the attempt is known to have started, whether
@@ -819,6 +963,18 @@ WHERE j.namespace = $1 AND j.status = 'executing' AND j.lease_expires_at < now()
 ORDER BY j.lease_expires_at
 LIMIT $2
 FOR UPDATE OF j SKIP LOCKED;
+
+-- recovery.stranded_parents: Repair, step 1a: up to $2 parents of namespace $1 waiting for more
+--   children than they have unfinished (a child deleted without its terminal effects): their ids.
+--   By ``job_children_wait_idx``; each parent's children by ``job_parent_idx``. No lock: a snapshot
+--   shows a child's end and its parent's count together (one statement writes both), so what it
+--   finds is real; :func:`recount_parents` decides under the lock.
+SELECT p.id FROM "acta".job AS p
+WHERE p.namespace = $1 AND p.status = 'waiting' AND p.pending_children > 0
+  AND p.pending_children > (SELECT count(*) FROM "acta".job AS c
+        WHERE c.parent_id = p.id AND c.status IN ('ready', 'executing', 'waiting') AND (c.parent_execution_id IS NULL OR c.parent_execution_id = p.execution_id))
+ORDER BY p.id
+LIMIT $2;
 
 -- locks.release_lock: Release a named lock, fenced by its holder's (job, execution): a stale
 --   release matches nothing.
@@ -1579,6 +1735,9 @@ CREATE TABLE acta.job (
 	CONSTRAINT job_pkey PRIMARY KEY (id),
 	CONSTRAINT job_status_check CHECK (status IN ('ready', 'executing', 'waiting', 'succeeded', 'failed', 'cancelled'))
 );
+
+-- ddl.index.job_children_wait_idx
+CREATE INDEX job_children_wait_idx ON acta.job (namespace, id) WHERE status = 'waiting' AND pending_children > 0;
 
 -- ddl.index.job_claim_idx
 CREATE INDEX job_claim_idx ON acta.job (namespace, priority, run_at, id) WHERE status = 'ready';
