@@ -36,9 +36,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 from .database import install_error_translation
 from .errors import InvalidJob
 from .payload import args_json
-from .policy import job_column, job_option
+from .policy import Refused, check_key, job_column, job_option, shown
 from .queries._render import ACTIVE, TERMINAL
 from .schema import SCHEMA as SCHEMA
+from .settings import NAMESPACE_PATTERN, NAMESPACE_RULE
 from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
 from .status import JobStatus as JobStatus
@@ -262,8 +263,7 @@ class Job(Base):
     ) -> None:
         # Every field goes through policy's JOB_OPTION_CHECKS and the args through payload:
         # the same rules, and messages, as handler.job() and handler.jobs().
-        if not isinstance(kind, str) or not kind:
-            raise InvalidJob(f"kind must be a non-empty string, got {kind!r}")
+        _check_kind(kind)
         if fields.get("run_at", False) is None:
             del fields["run_at"]  # None reads as "not given": due now, on the database clock
         if delay is not None:
@@ -281,6 +281,18 @@ class Job(Base):
                 fields["trace_context"] = traced
         super().__init__(kind=kind, args={} if args is None else args, **fields)
 
+    @validates("kind")
+    def _validate_kind(self, _key: str, value: Any) -> Any:
+        return _check_kind(value)
+
+    @validates("namespace")
+    def _validate_namespace(self, _key: str, value: Any) -> Any:
+        # A namespace names the LISTEN channel the insert's trigger notifies: one out of
+        # its rule was a raw error at commit ("channel name too long", or a DataError).
+        if value is not None and (not isinstance(value, str) or not NAMESPACE_PATTERN.match(value)):
+            raise InvalidJob(f"{self.kind or 'job'}: namespace={shown(value)} {NAMESPACE_RULE}")
+        return value
+
     @validates("args")
     def _validate_args(self, _key: str, value: Any) -> Any:
         args_json(self.kind or "job", value)
@@ -293,6 +305,7 @@ class Job(Base):
         "lane_key",
         "concurrency_key",
         "rate_key",
+        "schedule_name",
         "parent_id",
     )
     def _validate_field(self, key: str, value: Any) -> Any:
@@ -308,6 +321,13 @@ class Job(Base):
 
     def __repr__(self) -> str:
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"
+
+
+def _check_kind(kind: Any) -> str:
+    try:
+        return check_key(kind)
+    except Refused as why:
+        raise InvalidJob(f"kind={shown(kind)} {why}") from None
 
 
 class Execution(Base):
