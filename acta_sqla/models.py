@@ -289,8 +289,11 @@ class Job(Base):
     def _validate_namespace(self, _key: str, value: Any) -> Any:
         # A namespace names the LISTEN channel the insert's trigger notifies: one out of
         # its rule was a raw error at commit ("channel name too long", or a DataError).
-        if value is not None and (not isinstance(value, str) or not NAMESPACE_PATTERN.match(value)):
+        if value is None or (type(value) is str and value in _NAMESPACES):
+            return value
+        if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
             raise InvalidJob(f"{self.kind or 'job'}: namespace={shown(value)} {NAMESPACE_RULE}")
+        _remember(_NAMESPACES, value)
         return value
 
     @validates("args")
@@ -323,11 +326,29 @@ class Job(Base):
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"
 
 
+_KINDS: set[str] = set()
+_NAMESPACES: set[str] = set()
+"""Kinds and namespaces that passed their rule. An application uses a few of each, and
+every ``Job`` checks both (its kind twice: before its options' messages name it, and by
+its validator): a set lookup instead of the rule's scans keeps that off the enqueue's
+cost. Only a plain str that passed is remembered (a str subclass could compare equal to
+a checked value and be another one)."""
+
+
+def _remember(checked: set[str], value: str) -> None:
+    if type(value) is str and len(checked) < 1024:
+        checked.add(value)
+
+
 def _check_kind(kind: Any) -> str:
+    if type(kind) is str and kind in _KINDS:
+        return kind
     try:
-        return check_key(kind)
+        check_key(kind)
     except Refused as why:
         raise InvalidJob(f"kind={shown(kind)} {why}") from None
+    _remember(_KINDS, kind)
+    return str(kind)
 
 
 class Execution(Base):
