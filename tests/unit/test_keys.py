@@ -242,3 +242,13 @@ def test_the_namespace_rule_leaves_room_for_the_notify_channel() -> None:
     # "acta." + namespace names the channel each insert notifies: at most 63 bytes.
     assert NAMESPACE_PATTERN.match("n" * 58) and not NAMESPACE_PATTERN.match("n" * 59)
     assert len("acta." + "n" * 58) == 63
+
+
+def test_a_worker_refuses_a_schema_and_namespace_whose_channel_postgresql_refuses() -> None:
+    from acta_sqla.settings import Timings
+    from acta_sqla.store import WorkerStore
+
+    timings = Timings.from_heartbeat(45.0)
+    assert WorkerStore("postgresql://h/db", "acta", "n" * 58, timings).channel == "acta." + "n" * 58
+    with pytest.raises(ConfigurationError, match="64 bytes; PostgreSQL takes at most 63"):
+        WorkerStore("postgresql://h/db", "tenant_a", "n" * 55, timings)
