@@ -182,7 +182,7 @@ kinds, and schedule, signal and lock names; a namespace has its own, shorter rul
 (``settings.NAMESPACE_RULE``). Each of them is a column of a btree index, beside the
 namespace and at most one 8-byte column (``job_lane_idx``, ``concurrency_slot_pkey``,
 ``rate_meter_pkey``, ``lock_pkey``, ``job_prune_idx``, ``job_schedule_tick_key`` ...), and a
-btree entry holds at most 2,704 bytes: measured on PostgreSQL 16 with incompressible keys
+btree entry holds at most 2,704 bytes: measured on PostgreSQL 15 with incompressible keys
 and a 63-character namespace, the longest key that fits is 2,620 bytes. A longer key was
 stored and then refused by every statement that indexed it (an admission call carrying a
 6,000-character rate key failed, with every job batched with it, for ever)."""
