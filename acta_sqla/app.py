@@ -16,7 +16,7 @@ from .handler import Handler as Handler  # re-exported: the worker imports it fr
 from .handler import JobBatch as JobBatch
 from .handler import Rows
 from .policy import JOB_OPTIONS as JOB_OPTIONS
-from .policy import Policy
+from .policy import Policy, Refused, check_key, shown
 from .session import CancelOutcome as CancelOutcome
 from .session import EnqueueResult as EnqueueResult
 from .settings import NAMESPACE_PATTERN, NAMESPACE_RULE
@@ -69,6 +69,10 @@ class Acta:
 
         def register(func: Callable[..., Any]) -> Handler[Any, Any]:
             name = kind or func.__name__
+            try:
+                check_key(name)
+            except Refused as why:
+                raise ConfigurationError(f"handler kind={shown(name)} {why}") from None
             try:
                 resolved = Policy(**policy)
             except ConfigurationError as exc:  # name the kind: which decorator is wrong

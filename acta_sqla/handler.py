@@ -208,7 +208,10 @@ class Handler(Generic[P, R]):
             if value is not None:  # an unset column is NULL all the same, unvalidated
                 keys[column] = value
         if policy.rate is not None:
-            keys["rate_key"] = render_key(policy.rate_key, args, "rate_key", self.kind) or self.kind
+            rate_key = render_key(policy.rate_key, args, "rate_key", self.kind)
+            # Only a kind with no template is metered per kind: a template that renders
+            # empty is refused by the key rule, as handler.jobs() refuses it.
+            keys["rate_key"] = self.kind if rate_key is None else rate_key
         return keys
 
     def fire_fields(self, args: dict[str, Any]) -> dict[str, Any]:

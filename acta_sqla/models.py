@@ -38,9 +38,10 @@ from sqlalchemy.orm.exc import ObjectDeletedError
 from .database import install_error_translation
 from .errors import InvalidJob, JobActive
 from .payload import args_json
-from .policy import job_column, job_option
+from .policy import Refused, check_key, job_column, job_option, shown
 from .queries._render import ACTIVE, TERMINAL
 from .schema import SCHEMA as SCHEMA
+from .settings import NAMESPACE_PATTERN, NAMESPACE_RULE
 from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
 from .status import JobStatus as JobStatus
@@ -272,8 +273,7 @@ class Job(Base):
     ) -> None:
         # Every field goes through policy's JOB_OPTION_CHECKS and the args through payload:
         # the same rules, and messages, as handler.job() and handler.jobs().
-        if not isinstance(kind, str) or not kind:
-            raise InvalidJob(f"kind must be a non-empty string, got {kind!r}")
+        _check_kind(kind)
         if fields.get("run_at", False) is None:
             del fields["run_at"]  # None reads as "not given": due now, on the database clock
         if delay is not None:
@@ -291,6 +291,21 @@ class Job(Base):
                 fields["trace_context"] = traced
         super().__init__(kind=kind, args={} if args is None else args, **fields)
 
+    @validates("kind")
+    def _validate_kind(self, _key: str, value: Any) -> Any:
+        return _check_kind(value)
+
+    @validates("namespace")
+    def _validate_namespace(self, _key: str, value: Any) -> Any:
+        # A namespace names the LISTEN channel the insert's trigger notifies: one out of
+        # its rule was a raw error at commit ("channel name too long", or a DataError).
+        if value is None or (type(value) is str and value in _NAMESPACES):
+            return value
+        if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
+            raise InvalidJob(f"{self.kind or 'job'}: namespace={shown(value)} {NAMESPACE_RULE}")
+        _remember(_NAMESPACES, value)
+        return value
+
     @validates("args")
     def _validate_args(self, _key: str, value: Any) -> Any:
         args_json(self.kind or "job", value)
@@ -303,6 +318,7 @@ class Job(Base):
         "lane_key",
         "concurrency_key",
         "rate_key",
+        "schedule_name",
         "parent_id",
     )
     def _validate_field(self, key: str, value: Any) -> Any:
@@ -318,6 +334,31 @@ class Job(Base):
 
     def __repr__(self) -> str:
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"
+
+
+_KINDS: set[str] = set()
+_NAMESPACES: set[str] = set()
+"""Kinds and namespaces that passed their rule. An application uses a few of each, and
+every ``Job`` checks both (its kind twice: before its options' messages name it, and by
+its validator): a set lookup instead of the rule's scans keeps that off the enqueue's
+cost. Only a plain str that passed is remembered (a str subclass could compare equal to
+a checked value and be another one)."""
+
+
+def _remember(checked: set[str], value: str) -> None:
+    if type(value) is str and len(checked) < 1024:
+        checked.add(value)
+
+
+def _check_kind(kind: Any) -> str:
+    if type(kind) is str and kind in _KINDS:
+        return kind
+    try:
+        check_key(kind)
+    except Refused as why:
+        raise InvalidJob(f"kind={shown(kind)} {why}") from None
+    _remember(_KINDS, kind)
+    return str(kind)
 
 
 class Execution(Base):

@@ -153,6 +153,13 @@ def check_template(value: Any) -> str:
         if spec and "{" in spec:
             raise Refused("has a nested field in a format spec; keys are rendered from args only")
     _check_text(value)
+    literal = sum(len(text.encode("utf-8")) for text, _, _, _ in parsed)
+    if literal > MAX_KEY_BYTES:
+        # Every key it renders would be longer still: refused at every enqueue.
+        raise Refused(
+            f"has {literal:,} UTF-8 bytes of literal text, so every key it renders is "
+            f"longer than the {MAX_KEY_BYTES:,}-byte limit of a key"
+        )
     return value
 
 
@@ -168,12 +175,33 @@ def _check_text(value: str) -> None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+MAX_KEY_BYTES = 2048
+"""The ONE bound of every key and name acta stores: at most this many bytes in UTF-8
+(docs/reliability.md, "Keys and names"). It covers unique, concurrency and rate keys, lanes,
+kinds, and schedule, signal and lock names; a namespace has its own, shorter rule
+(``settings.NAMESPACE_RULE``). Each of them is a column of a btree index, beside the
+namespace and at most one 8-byte column (``job_lane_idx``, ``concurrency_slot_pkey``,
+``rate_meter_pkey``, ``lock_pkey``, ``job_prune_idx``, ``job_schedule_tick_key`` ...), and a
+btree entry holds at most 2,704 bytes: measured on PostgreSQL 15 with incompressible keys
+and a 63-character namespace, the longest key that fits is 2,620 bytes. A longer key was
+stored and then refused by every statement that indexed it (an admission call carrying a
+6,000-character rate key failed, with every job batched with it, for ever)."""
+
+
 def check_key(value: Any) -> str:
-    """A per-job key (``unique_key=``, ``lane=``, ``concurrency_key=``): the key itself, not
-    a template."""
+    """A key or a name as stored (``unique_key=``, ``lane=``, ``concurrency_key=``, a
+    rendered template, a kind, a schedule, signal or lock name): a non-empty string that
+    PostgreSQL can store, of at most ``MAX_KEY_BYTES`` bytes in UTF-8."""
     if not isinstance(value, str) or not value:
         raise Refused("must be a non-empty string")
     _check_text(value)
+    # len() first: a str of n characters has at least n and at most 4n bytes in UTF-8,
+    # so only a long one is encoded to be measured.
+    if len(value) * 4 > MAX_KEY_BYTES and len(value.encode("utf-8")) > MAX_KEY_BYTES:
+        raise Refused(
+            f"is {len(value.encode('utf-8')):,} bytes long in UTF-8; a key or name is at most "
+            f"{MAX_KEY_BYTES:,} bytes (it is indexed: docs/reliability.md)"
+        )
     return value
 
 
@@ -508,7 +536,7 @@ def job_option(kind: str, name: str, value: Any, *, check: str | None = None) ->
         raise InvalidJob(f"{kind}: {name}={shown(value)} {why}") from None
 
 
-_COLUMN_RULES = {"lane_key": "lane", "rate_key": "unique_key"}
+_COLUMN_RULES = {"lane_key": "lane", "rate_key": "unique_key", "schedule_name": "unique_key"}
 """Job columns checked by the rule of a job option of another name (a rate key is a key
 like a unique key)."""
 

@@ -34,8 +34,6 @@ the other (each fire's completion enqueues the next), up to ``MAX_CATCH_UP`` tic
 MAX_CATCH_UP = 100
 """``missed="all"``: the most ticks a schedule catches up one by one."""
 
-MAX_NAME = 200
-
 
 def _croniter() -> Any:
     from croniter import croniter  # imported when a schedule is declared or computed
@@ -156,11 +154,12 @@ def declare(
     missed: str = "latest",
 ) -> Schedule:
     """A validated schedule; ``ConfigurationError`` naming the schedule and the value."""
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise ConfigurationError(
-            f"schedule name must be a non-empty string of at most {MAX_NAME} characters, "
-            f"got {name!r}"
-        )
+    from .policy import Refused, check_key, shown
+
+    try:
+        check_key(name.strip() and name if isinstance(name, str) else name)
+    except Refused as why:
+        raise ConfigurationError(f"schedule name={shown(name)} {why}") from None
     where = f"schedule {name!r}"
     if not isinstance(cron, str) or len(cron.split()) not in (5, 6):
         raise ConfigurationError(

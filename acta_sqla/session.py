@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound, UniqueKeyHeld
 from .handler import JobBatch, Rows
 from .status import JobStatus
-from .waits import MAX_SIGNAL_NAME
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -179,17 +178,12 @@ def signal_payload(name: object, payload: object) -> str:
     import json
 
     from .payload import explain
-    from .policy import Refused, check_key
+    from .policy import Refused, check_key, shown
 
-    if not isinstance(name, str) or not name or len(name) > MAX_SIGNAL_NAME:
-        raise InvalidSignal(
-            f"signal name must be a non-empty string of at most {MAX_SIGNAL_NAME} characters, "
-            f"got {name!r}"
-        )
     try:
-        check_key(name)  # no NUL, no lone surrogate
+        check_key(name)  # a non-empty str, no NUL, no lone surrogate, MAX_KEY_BYTES at most
     except Refused as why:
-        raise InvalidSignal(f"signal name {name!r} {why}") from None
+        raise InvalidSignal(f"signal name {shown(name)} {why}") from None
     try:
         # The args' own checks (NUL, lone surrogates, depth, huge integers, NaN, types),
         # iterative: whatever PostgreSQL or the worker could not take is refused here.
@@ -214,12 +208,25 @@ def signal(session: Session, job_id: int, name: str, payload: object = None) -> 
     raise JobFinished(job_id, str(found[0]))
 
 
+def _check_kind(kind: object) -> None:
+    """A kind to look up: by the rule of every name (``policy.check_key``), before the
+    database (a NUL was a DataError, a lone surrogate an encoding error)."""
+    from .errors import ConfigurationError
+    from .policy import Refused, check_key, shown
+
+    try:
+        check_key(kind)
+    except Refused as why:
+        raise ConfigurationError(f"kind={shown(kind)} {why}") from None
+
+
 def resume_kind(session: Session, namespace: str, kind: str) -> dict[str, Any]:
     """Resume ``kind``: drop an operator's ``paused``, or, when the code declares the kind
     paused, override it with ``paused=False`` (a later declaration is then the operator's
     to lift again with ``reset``). Answers the overrides now stored."""
     from . import queries
 
+    _check_kind(kind)
     row = session.execute(queries.definition_for_update(namespace, kind)).first()
     if row is not None and row[0].get("paused") is True:
         return set_policy(session, namespace, kind, {"paused": False})
@@ -240,6 +247,7 @@ def set_policy(
     from .errors import ConfigurationError
     from .policy import OVERRIDABLE, Policy, Refused, override_value, shown
 
+    _check_kind(kind)
     values: dict[str, Any] = {}
     for name, value in fields.items():
         try:

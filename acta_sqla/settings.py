@@ -90,9 +90,11 @@ MAX_RESULT_BYTES = 64 * 1024 * 1024
 """Largest JSON encoding of a job's result; a larger result fails the attempt."""
 MAX_TRACEBACK_CHARS = 16 * 1024
 """Tracebacks stored on an execution are cut to this many characters (the end is kept)."""
-NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
-NAMESPACE_RULE = "must be 1-63 characters of letters, digits, '_', '.' or '-'"
-"""What :data:`NAMESPACE_PATTERN` asks, as every refusal of a namespace says it."""
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,57}$")
+NAMESPACE_RULE = "must be 1-58 characters of letters, digits, '_', '.' or '-'"
+"""What :data:`NAMESPACE_PATTERN` asks, as every refusal of a namespace says it. 58: a job's
+insert notifies the channel ``acta.<namespace>``, and PostgreSQL refuses a channel name of
+64 bytes or more ("channel name too long", at the enqueue's commit)."""
 SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _URL_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
 _PORT = re.compile(r"[0-9]{1,5}")

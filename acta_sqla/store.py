@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from .database import asyncpg_dsn
-from .errors import StatementRefused, StoreUnavailable
+from .errors import ConfigurationError, StatementRefused, StoreUnavailable
 from .queries import complete
 from .queries.schedules import DECLARED
 from .queries.worker import WorkerSQL
@@ -228,11 +228,25 @@ class Definitions:
     overrides: dict[str, dict[str, Any]]
 
 
+MAX_CHANNEL_BYTES = 63
+"""PostgreSQL's longest channel name (NAMEDATALEN - 1); a worker's is ``<schema>.<namespace>``
+(the namespace rule leaves room for the default schema, ``acta``)."""
+
+
 class WorkerStore:
     """What a worker's stages call. Each stage has its own connection, so a busy claim never
     delays a completion write or a heartbeat."""
 
     def __init__(self, url: str, schema: str, namespace: str, timings: Timings) -> None:
+        channel = f"{schema}.{namespace}"
+        if len(channel.encode()) > MAX_CHANNEL_BYTES:
+            # Every insert of a job notifies this channel: PostgreSQL would refuse each
+            # enqueue at its commit ("channel name too long"), and the LISTEN hear nothing.
+            raise ConfigurationError(
+                f"schema {schema!r} and namespace {namespace!r} name the NOTIFY channel "
+                f"{channel!r}, {len(channel.encode())} bytes; PostgreSQL takes at most "
+                f"{MAX_CHANNEL_BYTES}: shorten the namespace or the schema"
+            )
         dsn = asyncpg_dsn(url)
         self.sql = WorkerSQL(schema)
         self.namespace = namespace

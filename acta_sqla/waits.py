@@ -20,15 +20,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidJob
+from .policy import Refused, check_key, shown
 
 if TYPE_CHECKING:
     from .models import Job
 
 MAX_SIGNAL_TIMEOUT = 366 * 24 * 3600.0
 """The longest signal wait with a timeout, in seconds (a year); ``timeout=None``: no limit."""
-
-MAX_SIGNAL_NAME = 200
-"""The longest signal name, in characters."""
 
 MAX_CHILDREN = 100_000
 """The most children one ``WaitForChildren`` may spawn (they travel in one completion)."""
@@ -43,11 +41,13 @@ class WaitForSignal:
     timeout: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name or len(self.name) > MAX_SIGNAL_NAME:
-            raise InvalidJob(
-                f"WaitForSignal: name must be a non-empty string of at most {MAX_SIGNAL_NAME} "
-                f"characters, got {self.name!r}"
-            )
+        try:
+            # acta.signal's rule: a name the completion could not store (a NUL, a lone
+            # surrogate) failed the job for good at its completion; refused here, the
+            # attempt fails under its budget with InvalidJob.
+            check_key(self.name)
+        except Refused as why:
+            raise InvalidJob(f"WaitForSignal: name={shown(self.name)} {why}") from None
         t = self.timeout
         if t is not None and (
             isinstance(t, bool)

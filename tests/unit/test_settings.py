@@ -102,7 +102,7 @@ def test_overrides_beat_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ("ACTA_EXECUTORS", "2.5", "integer"),
         ("ACTA_SAFETY_POLL_INTERVAL", "0", "greater than 0"),
         ("ACTA_NAMESPACE", "has space", "LISTEN channel"),
-        ("ACTA_NAMESPACE", "x" * 64, "1-63 characters"),
+        ("ACTA_NAMESPACE", "x" * 59, "1-58 characters"),
         ("ACTA_SCHEMA", "Acta-Schema", "lower-case PostgreSQL identifier"),
         ("ACTA_DATABASE_URL", "mysql://root@localhost/app", "needs PostgreSQL"),
         ("ACTA_DATABASE_URL", "not a url", "is not a database URL"),

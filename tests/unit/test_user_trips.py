@@ -108,7 +108,7 @@ def test_a_mistyped_namespace_is_one_line_not_an_empty_answer(args: list[str]) -
     assert len(lines) == 1, result.stderr
     assert lines[0] == (
         f"acta {' '.join(args[:2] if args[0] != 'pause' else args[:1])}: --namespace "
-        "'bad ns!': must be 1-63 characters of letters, digits, '_', '.' or '-'"
+        "'bad ns!': must be 1-58 characters of letters, digits, '_', '.' or '-'"
     )
 
 
