@@ -21,7 +21,7 @@ from .errors import StatementRefused, StoreUnavailable
 from .queries import complete
 from .queries.schedules import DECLARED
 from .queries.worker import WorkerSQL
-from .schedules import Schedule
+from .schedules import NoTick, Schedule, plan_fires
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
 from .status import JobStatus
 from .values import (
@@ -529,25 +529,30 @@ class WorkerStore:
         depend on a skewed host clock."""
         return datetime.fromtimestamp(self.wall() + self.clock_offset, UTC)
 
-    async def ensure_fires(self, schedules: Mapping[str, Schedule]) -> list[tuple[str, Any]]:
+    async def ensure_fires(
+        self,
+        schedules: Mapping[str, Schedule],
+        stuck: Callable[[NoTick], None] | None = None,
+    ) -> list[tuple[str, Any]]:
         """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:
         its first tick to come if it never fired, else its last fire's successor (the
-        missed policy). Under the schedules' locks, re-checked: exactly one chain each."""
+        missed policy). Under the schedules' locks, re-checked: exactly one chain each.
+        A schedule whose tick cannot be computed (``schedules.plan_fires``) is handed to
+        ``stuck`` and gets no fire; every other one still does."""
         asked = self.wall()
         rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
         now = rows[0]["now"]  # the database's clock: a skewed host must not skip ticks
         self.clock_offset = now.timestamp() - (asked + self.wall()) / 2
-        names, ticks = [], []
-        for _, name, last in rows:
-            if name is None:
-                continue  # no schedule without a pending fire: now() alone
-            spec = schedules.get(name)
-            if spec is None:
-                continue  # another version of the code declares it: its workers keep it
-            names.append(name)
-            ticks.append(spec.first(now) if last is None else spec.successor(last, now))
-        if not names:
+        unfired = [(r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"]) for r in rows]
+        # A NULL name: no schedule without a pending fire (the row carries now() alone).
+        planned, failed = plan_fires((u for u in unfired if u[0] is not None), schedules, now)
+        for exc in failed:
+            if stuck is not None:
+                stuck(exc)
+        if not planned:
             return []
+        names = [name for name, _ in planned]
+        ticks = [tick for _, tick in planned]
         _, inserted = await self.admin_conn.fetch_together(
             [
                 (self.sql.lock_schedules, (self.namespace, names)),

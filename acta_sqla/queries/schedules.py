@@ -91,16 +91,17 @@ def cancel_dropped_fires(schema: str) -> str:
 def unfired_schedules(schema: str) -> str:
     """Namespace $1's enabled schedules with no pending fire (none ready, executing or
     waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
-    before it started does not count, :func:`cancelled_unstarted`), and the database's
-    ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue
-    are computed from these in Python, against the database clock. By
-    ``job_schedule_tick_key``."""
+    before it started does not count, :func:`cancelled_unstarted`) and its stored cron,
+    timezone and missed policy (a schedule this code does not declare is still checked),
+    and the database's ``now()`` (one row of it, with a NULL name, when there is none): the
+    fires to enqueue are computed from these in Python (``schedules.plan_fires``), against
+    the database clock. By ``job_schedule_tick_key``."""
     s = quote(schema)
     return f"""
-        SELECT now() AS now, u.name, u.last_tick
+        SELECT now() AS now, u.name, u.last_tick, u.cron, u.timezone, u.missed
         FROM (SELECT 1) AS one
         LEFT JOIN (
-            SELECT sc.name,
+            SELECT sc.name, sc.cron, sc.timezone, sc.missed,
                    (SELECT max(j.scheduled_at) FROM {s}.job AS j
                     WHERE j.namespace = $1 AND j.schedule_name = sc.name
                       AND NOT {CANCELLED_UNSTARTED}) AS last_tick
@@ -166,10 +167,11 @@ def enqueue_fires(schema: str) -> str:
 
 def list_schedules(schema: str) -> str:
     """``acta schedules ls``: namespace $1's schedules with their pending fire (next) and
-    their latest finished fire (its tick and status). By ``job_schedule_tick_key``."""
+    their latest finished fire (its tick and status), and the database's ``now()`` (whether
+    a stored cron can fire is judged against it). By ``job_schedule_tick_key``."""
     s = quote(schema)
     return f"""
-        SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+        SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
                (SELECT min(j.scheduled_at) FROM {s}.job AS j
                 WHERE j.namespace = $1 AND j.schedule_name = sc.name
                   AND j.status IN {ACTIVE}) AS next_fire,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.app_schedules import FIRE_FIELDS
-from tests.harness import Sql, Workers, run_acta
+from tests.harness import Sql, Workers, one_line_error, run_acta
 from tests.waiting import wait_for
 
 APP = "tests.e2e.app_schedules:acta"
@@ -85,3 +85,50 @@ def test_schedule_cli_mistakes_are_one_line_errors(db: str, sql: Sql, tmp_path: 
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1, out.stderr
         assert f"acta schedules {args[1]}: no schedule 'nope' in namespace 'sched'" in lines[0]
+
+
+FEB30 = (
+    "INSERT INTO acta.schedule (namespace, name, cron, timezone, kind, args, missed) "
+    "VALUES ('sched', 'feb30', '0 0 30 2 *', 'UTC', 'beat', '{}', 'latest')"
+)
+"""A schedule that never matches, as a version of the code that did not check its cron
+stored it (``acta.schedule`` now refuses it)."""
+
+
+def test_a_stored_schedule_that_never_matches_stops_only_itself(
+    db: str, sql: Sql, runs_log: Path, tmp_path: Path
+) -> None:
+    """It stopped every schedule of its namespace (0 fires of a 1-second schedule in 12 s,
+    "recovery pass failed" on every pass) and `resume` printed a traceback. Now: named in
+    the worker's log on each recovery pass, `broken` in `ls`, a problem for `doctor`, a
+    one-line error for `resume`, and the 1-second schedule fires on."""
+    with Workers(APP, db, sql, runs_log, tmp_path, ready=True) as start:
+        worker = start(env={"ACTA_HEARTBEAT_INTERVAL": "0.5"})  # a recovery pass every 2 s
+        fires = "schedule_name = 'every-second' AND status = 'succeeded'"
+        wait_for(lambda: count(sql, fires) >= 1, timeout=30, what="a first fire")
+        sql(FEB30)
+
+        def named() -> int:
+            return sum("'feb30'" in line for line in worker.output().splitlines())
+
+        wait_for(lambda: named() >= 2, timeout=30, what="feb30 named on two recovery passes")
+        before = count(sql, fires)
+        wait_for(lambda: count(sql, fires) >= before + 3, timeout=30, what="3 more fires")
+        assert "recovery pass failed" not in worker.output()
+        line = next(x for x in worker.output().splitlines() if "'feb30'" in x)
+        assert "never matches" in line and "it does not fire" in line, line
+
+    listed = acta(db, tmp_path, "schedules", "ls")
+    assert listed.returncode == 0, listed.stderr
+    row = next(x for x in listed.stdout.splitlines() if x.startswith("feb30 "))
+    assert "broken" in row.split(), row
+    note = next(x for x in listed.stdout.splitlines() if x.startswith("broken: feb30:"))
+    assert "never matches" in note, listed.stdout
+    assert "active" in next(x for x in listed.stdout.splitlines() if x.startswith("every-second"))
+
+    error = one_line_error(acta(db, tmp_path, "schedules", "resume", "feb30"), "schedules resume")
+    assert "schedule 'feb30' cannot be resumed: cron='0 0 30 2 *' never matches" in error
+
+    doctor = acta(db, tmp_path, "doctor")
+    assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+    assert "schedule_no_tick schedule 'feb30'" in doctor.stdout, doctor.stdout

@@ -1002,6 +1002,14 @@ WHERE namespace = :namespace AND status = 'running'
 ORDER BY heartbeat_at
 LIMIT 20;
 
+-- doctor.stored_schedules: The stored schedules of namespace :namespace (their cron, timezone and
+--   missed policy: whether each can fire is judged in Python). A handful of rows, by the primary
+--   key.
+SELECT name, cron, timezone, missed, enabled
+FROM "acta".schedule
+WHERE namespace = :namespace
+ORDER BY name;
+
 -- doctor.table_health: Live and dead rows, last (auto)vacuum and (auto)analyze, the per-table
 --   autovacuum switch, heap and index bytes, and the frozen-xid age of acta.job and acta.execution
 --   (statistics views and file sizes only: no scan).
@@ -1096,8 +1104,9 @@ ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT 
 RETURNING j.schedule_name, j.scheduled_at;
 
 -- schedules.list_schedules: ``acta schedules ls``: namespace $1's schedules with their pending fire
---   (next) and their latest finished fire (its tick and status). By ``job_schedule_tick_key``.
-SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+--   (next) and their latest finished fire (its tick and status), and the database's ``now()``
+--   (whether a stored cron can fire is judged against it). By ``job_schedule_tick_key``.
+SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
        (SELECT min(j.scheduled_at) FROM "acta".job AS j
         WHERE j.namespace = $1 AND j.schedule_name = sc.name
           AND j.status IN ('ready', 'executing', 'waiting')) AS next_fire,
@@ -1186,13 +1195,15 @@ SELECT name FROM gone;
 
 -- schedules.unfired_schedules: Namespace $1's enabled schedules with no pending fire (none ready,
 --   executing or waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
---   before it started does not count, :func:`cancelled_unstarted`), and the database's ``now()``
---   (one row of it, with a NULL name, when there is none): the fires to enqueue are computed from
---   these in Python, against the database clock. By ``job_schedule_tick_key``.
-SELECT now() AS now, u.name, u.last_tick
+--   before it started does not count, :func:`cancelled_unstarted`) and its stored cron, timezone
+--   and missed policy (a schedule this code does not declare is still checked), and the database's
+--   ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue are
+--   computed from these in Python (``schedules.plan_fires``), against the database clock. By
+--   ``job_schedule_tick_key``.
+SELECT now() AS now, u.name, u.last_tick, u.cron, u.timezone, u.missed
 FROM (SELECT 1) AS one
 LEFT JOIN (
-    SELECT sc.name,
+    SELECT sc.name, sc.cron, sc.timezone, sc.missed,
            (SELECT max(j.scheduled_at) FROM "acta".job AS j
             WHERE j.namespace = $1 AND j.schedule_name = sc.name
               AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick

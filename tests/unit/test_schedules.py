@@ -161,3 +161,52 @@ def test_a_fire_takes_the_kinds_priority_and_keys_checked_at_declaration() -> No
             "y", "* * * * *", local.job(kind="r2", lane="{region}")(report.fn), args={"region": ""}
         )
     assert "x" not in local.schedules and "y" not in local.schedules
+
+
+@pytest.mark.parametrize(
+    "cron",
+    [
+        "0 0 30 2 *",
+        "0 0 31 2 *",
+        "0 0 31 4 *",
+        "0 0 31 6 *",
+        "0 0 31 9 *",
+        "0 0 31 11 *",
+        "0 0 31 4,6 *",
+        "0 0 0 30 2 *",
+    ],
+)
+def test_a_cron_that_never_matches_is_refused_at_declaration(cron: str) -> None:
+    """croniter.is_valid accepts them; their tick cannot be computed (a schedule declared so
+    stopped every schedule of its namespace)."""
+    local = Acta(namespace="never")
+    handler = local.job(kind="r")(report.fn)
+    with pytest.raises(ConfigurationError) as raised:
+        local.schedule("x", cron, handler)
+    assert str(raised.value).startswith(f"schedule 'x': cron={cron!r} never matches")
+    assert local.schedules == {}
+
+
+def test_a_cron_that_matches_rarely_is_accepted() -> None:
+    local = Acta(namespace="rare")
+    handler = local.job(kind="r")(report.fn)
+    leap = local.schedule("leap", "0 0 29 2 *", handler)  # every 4 years (8 round 2100)
+    assert leap.next_after(at(2026, 1, 1)) == at(2028, 2, 29)
+    local.schedule("feb-or-monday", "0 0 30 2 1", handler)  # day OR weekday, as cron
+
+
+def test_one_schedule_without_a_tick_does_not_stop_the_others() -> None:
+    from acta_sqla.schedules import Schedule, plan_fires
+
+    every = app.schedule("every", "* * * * *", report)
+    now = at(2026, 5, 1, 12, 0, 30)
+    unfired = [
+        ("feb30", None, "0 0 30 2 *", "UTC", "latest"),
+        ("every", None, "* * * * *", "UTC", "latest"),
+        ("zone", None, "* * * * *", "Mars/Olympus", "latest"),  # stored by another version
+    ]
+    declared = {"every": every, "feb30": Schedule("feb30", "0 0 30 2 *", "report")}
+    fires, stuck = plan_fires(unfired, declared, now)
+    assert fires == [("every", at(2026, 5, 1, 12, 1))]
+    assert [e.name for e in stuck] == ["feb30", "zone"]
+    assert "never matches" in stuck[0].reason and "Mars/Olympus" in stuck[1].reason
