@@ -302,6 +302,23 @@ def tick_problem(name: str, cron: str, timezone: str, missed: str, now: datetime
 # ------------------------------------------------------------------ the operator's side
 
 
+async def pause(conn: Any, schema: str, namespace: str, name: str) -> bool:
+    """Pause a schedule (``acta schedules pause``, the dashboard): no fire from now on; its
+    pending fire that has not started is cancelled; a running one finishes and enqueues
+    nothing. One transaction on an asyncpg connection: the schedule's row is locked first
+    (``UPDATE``), then the pending fires are read and cancelled by a statement of its own,
+    so a fire's completion racing the pause either sees it (no successor) or committed its
+    successor before that read (cancelled here): once this returns, no new fire is
+    enqueued. False if the schedule does not exist."""
+    from .queries import schedules as q
+
+    async with conn.transaction():
+        if not await conn.fetch(q.pause_schedule(schema), namespace, name):
+            return False
+        await conn.execute(q.cancel_unstarted_fires(schema), namespace, [name])
+    return True
+
+
 async def resume(conn: Any, schema: str, namespace: str, name: str) -> datetime | None:
     """Resume a paused schedule and give it its next fire (by its missed policy, from its
     latest fire that started), in one transaction on an asyncpg connection, under the

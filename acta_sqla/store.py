@@ -97,6 +97,9 @@ def app_name(role: str, worker_id: object = None) -> str:
     return f"acta:{role}" if worker_id is None else f"acta:{role}:{worker_id}"
 
 
+DEADLOCK_DETECTED = "40P01"
+
+
 class RoleConnection:
     """One connection of one role (claim, complete, heartbeat, admin, lock), opened on
     demand.
@@ -515,12 +518,23 @@ class WorkerStore:
         """Store the code's schedules; the names of the namespace's schedules it dropped."""
         rows = [s.row() for s in schedules]
         columns = ("name", *DECLARED)
-        found = await self.admin_conn.fetch(
-            self.sql.store_schedules, self.namespace, *([r[c] for r in rows] for c in columns)
-        )
+        for attempt in range(1, 4):
+            try:
+                found = await self.admin_conn.fetch(
+                    self.sql.store_schedules,
+                    self.namespace,
+                    *([r[c] for r in rows] for c in columns),
+                )
+                break
+            except StatementRefused as exc:
+                # Its DELETE locks dropped schedules' rows in no set order, and a completion
+                # batch with fires of two of them holds their rows FOR SHARE: PostgreSQL
+                # may end one of the two as a deadlock; a start-up must not fail on it.
+                if exc.sqlstate != DEADLOCK_DETECTED or attempt == 3:
+                    raise
         dropped = [r[0] for r in found]
         if dropped:
-            await self.admin_conn.execute(self.sql.cancel_dropped_fires, self.namespace, dropped)
+            await self.admin_conn.execute(self.sql.cancel_unstarted_fires, self.namespace, dropped)
         return dropped
 
     def db_now(self) -> datetime:

@@ -98,12 +98,12 @@ def ls(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
 @run_cli
 def pause(name: Name, namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     """Stop a schedule firing (a running fire finishes; its pending fire is cancelled)."""
-    from ..queries import schedules as q
+    from .. import schedules
 
-    rows, ns = _run(
-        database_url, namespace, lambda c, schema, ns: c.fetch(q.pause_schedule(schema), ns, name)
+    paused, ns = _run(
+        database_url, namespace, lambda c, schema, ns: schedules.pause(c, schema, ns, name)
     )
-    if not rows:
+    if not paused:
         _unknown(name, ns, "acta schedules pause")
     typer.echo(f"schedule {name!r} paused")
 

@@ -210,3 +210,31 @@ def test_one_schedule_without_a_tick_does_not_stop_the_others() -> None:
     assert fires == [("every", at(2026, 5, 1, 12, 1))]
     assert [e.name for e in stuck] == ["feb30", "zone"]
     assert "never matches" in stuck[0].reason and "Mars/Olympus" in stuck[1].reason
+
+
+async def test_storing_schedules_tries_again_after_a_deadlock() -> None:
+    """A worker's start-up drops schedules while a completion batch holds two of their rows
+    FOR SHARE: PostgreSQL may end the start-up's statement as a deadlock; it tries again
+    instead of failing the start."""
+    from acta_sqla.errors import StatementRefused
+    from acta_sqla.settings import Timings
+    from acta_sqla.store import WorkerStore
+
+    store = WorkerStore(
+        "postgresql://nobody@localhost/none", "acta", "d", Timings.from_heartbeat(45)
+    )
+    sent: list[str] = []
+
+    class Admin:
+        async def fetch(self, sql: str, *args: object) -> list[tuple[str]]:
+            sent.append("store")
+            if len(sent) == 1:
+                raise StatementRefused("deadlock detected", "40P01")
+            return [("gone",)]
+
+        async def execute(self, sql: str, *args: object) -> None:
+            sent.append("cancel")
+
+    store.admin_conn = Admin()  # type: ignore[assignment]
+    assert await store.store_schedules([]) == ["gone"]
+    assert sent == ["store", "store", "cancel"]
