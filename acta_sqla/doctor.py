@@ -359,12 +359,15 @@ async def examine(
             findings += judge_workers(namespace, silent, dead, t)
             late = (await rows(q.late_waits(schema), namespace=namespace))[0]
             findings += judge_waits(namespace, late.rows, late.oldest_seconds, timings)
+            stored = await rows(q.stored_schedules(schema), namespace=namespace)
+            findings += judge_schedules(namespace, [r._mapping for r in stored], server.now)
         else:
             reason = "acta's tables are not at this package's head revision"
             skipped += [
                 Skipped("expired_leases", reason),
                 Skipped("dead_workers", reason),
                 Skipped("waiting_timeout", reason),
+                Skipped("schedule_no_tick", reason),
             ]
     finally:
         await db.rollback()
@@ -708,6 +711,33 @@ def judge_waits(
             {"rows": rows, "oldest_seconds": oldest_seconds, "overdue_after": overdue},
         )
     ]
+
+
+def judge_schedules(
+    namespace: str, schedules: Sequence[Mapping[str, Any]], now: datetime
+) -> list[Finding]:
+    """Stored schedules whose next tick cannot be computed (a cron that never matches, such
+    as Feb 30, or a definition this version cannot read, left by another version of the
+    code): each never fires, while every other schedule does."""
+    from .schedules import tick_problem
+
+    out: list[Finding] = []
+    for sc in schedules:
+        problem = tick_problem(sc["name"], sc["cron"], sc["timezone"], sc["missed"], now)
+        if problem is None:
+            continue
+        out.append(
+            Finding(
+                "schedule_no_tick",
+                Severity.PROBLEM,
+                f"schedule {sc['name']!r}",
+                f"schedule {sc['name']!r} in namespace {namespace!r} never fires: {problem}",
+                "fix its cron where the code declares it (`acta.schedule(...)`) and start a "
+                "worker of that code, which stores it again; or remove it from the code",
+                dict(sc),
+            )
+        )
+    return out
 
 
 def judge_workers(

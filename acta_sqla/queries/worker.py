@@ -52,7 +52,7 @@ class WorkerSQL:
         self.children_of = waits.children_of(schema)
         self.lanes_held_above = waits.lanes_held_above(schema)
         self.store_schedules = schedules.store_schedules(schema)
-        self.cancel_dropped_fires = schedules.cancel_dropped_fires(schema)
+        self.cancel_unstarted_fires = schedules.cancel_unstarted_fires(schema)
         self.unfired_schedules = schedules.unfired_schedules(schema)
         self.lock_schedules = schedules.lock_schedules(schema)
         self.enqueue_fires = schedules.enqueue_fires(schema)

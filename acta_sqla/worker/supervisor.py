@@ -27,7 +27,7 @@ from ..database import database_url
 from ..errors import ConfigurationError, StoreUnavailable
 from ..listener import Listener
 from ..policy import Policy
-from ..schedules import successor_feature
+from ..schedules import NoTick, successor_feature
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
     DEFAULT_GRACE_SECONDS,
@@ -185,7 +185,7 @@ class Worker:
             )
 
     async def _ensure_fires(self, store: WorkerStore) -> None:
-        for name, tick in await store.ensure_fires(self.acta.schedules):
+        for name, tick in await store.ensure_fires(self.acta.schedules, _log_no_tick):
             log.bind(event="schedule_fire_enqueued", schedule=name).info(
                 "schedule {!r}: next fire at {}", name, tick.isoformat()
             )
@@ -198,7 +198,13 @@ class Worker:
             return completion
         assert self.store is not None  # a job ran: the worker is started
         now = self.store.db_now()  # the database's clock: a skewed host skips no tick
-        nxt = successor_feature(schedule, self.namespace, job.scheduled_at, now)
+        try:
+            nxt = successor_feature(schedule, self.namespace, job.scheduled_at, now)
+        except NoTick as exc:
+            # The fire's own completion is still written; the chain stops here (each
+            # recovery pass names the schedule again) instead of the executor failing.
+            _log_no_tick(exc)
+            return completion
         return completion._replace(features={**(completion.features or {}), "next": nxt})
 
     async def start(self) -> None:
@@ -609,3 +615,13 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
+
+
+def _log_no_tick(exc: NoTick) -> None:
+    """A schedule that cannot fire: named once per pass that finds it (start-up, each
+    recovery pass); it alone stops, every other schedule of the namespace fires."""
+    log.bind(event="schedule_no_tick", schedule=exc.name, cron=exc.cron).warning(
+        "{}: it does not fire (every other schedule does); fix its cron in the code and "
+        "restart the workers, or remove it",
+        exc,
+    )

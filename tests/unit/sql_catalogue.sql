@@ -328,9 +328,13 @@ next_fire AS (
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
-    JOIN "acta".schedule AS sc
+    JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
       ON sc.namespace = f.features->'next'->>'namespace'
-     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+     AND sc.name = f.features->'next'->>'schedule'
     WHERE NOT EXISTS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -447,9 +451,13 @@ SELECT DISTINCT ON (sc.name, (f.features->'next'->>'tick')::timestamptz)
        sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM f
 JOIN done AS d ON d.id = f.job_id
-JOIN "acta".schedule AS sc
+JOIN (
+    SELECT sc.* FROM "acta".schedule AS sc
+    WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+    ORDER BY sc.namespace, sc.name
+    FOR SHARE OF sc) AS sc
   ON sc.namespace = f.features->'next'->>'namespace'
- AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+ AND sc.name = f.features->'next'->>'schedule'
 WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS later
     WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -779,9 +787,13 @@ next_fire AS (
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
-    JOIN "acta".schedule AS sc
+    JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
       ON sc.namespace = f.features->'next'->>'namespace'
-     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+     AND sc.name = f.features->'next'->>'schedule'
     WHERE NOT EXISTS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -1158,6 +1170,14 @@ WHERE namespace = :namespace AND status = 'running'
 ORDER BY heartbeat_at
 LIMIT 20;
 
+-- doctor.stored_schedules: The stored schedules of namespace :namespace (their cron, timezone and
+--   missed policy: whether each can fire is judged in Python). A handful of rows, by the primary
+--   key.
+SELECT name, cron, timezone, missed, enabled
+FROM "acta".schedule
+WHERE namespace = :namespace
+ORDER BY name;
+
 -- doctor.table_health: Live and dead rows, last (auto)vacuum and (auto)analyze, the per-table
 --   autovacuum switch, heap and index bytes, and the frozen-xid age of acta.job and acta.execution
 --   (statistics views and file sizes only: no scan).
@@ -1222,8 +1242,11 @@ WITH RECURSIVE up (id, parent_id, namespace, lane_key, depth) AS (
 )
 SELECT namespace, lane_key FROM up WHERE lane_key IS NOT NULL;
 
--- schedules.cancel_dropped_fires: The pending fires (not running: :data:`UNSTARTED`) of dropped
---   schedules $2 of namespace $1 end ``cancelled``.
+-- schedules.cancel_unstarted_fires: The pending fires (not running: :data:`UNSTARTED`) of schedules
+--   $2 of namespace $1 end ``cancelled``: those of a paused schedule (:func:`pause_schedule` took
+--   its row first, in the same transaction) or of schedules a worker's code dropped
+--   (:func:`store_schedules` deleted their rows first). A statement of its own, after the lock: it
+--   reads the fires a completion committed while the pause waited for its row.
 UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
 WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0));
 
@@ -1232,13 +1255,19 @@ WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'r
 --   it has no pending fire and no fire that happened at or after that tick (a fire's completion may
 --   have enqueued its successor meanwhile; a fire cancelled before it started did not happen). The
 --   tick's fire cancelled before it started is made ready again (:func:`revive_on_conflict`). A
---   fire takes the schedule's stored kind, args, priority and keys (:data:`FIRE`). Answers the
---   fires enqueued (name, tick).
+--   fire takes the schedule's stored kind, args, priority and keys (:data:`FIRE`). The schedules'
+--   rows are read ``FOR SHARE`` (:func:`share_schedules`): a pause or a drop committed meanwhile is
+--   seen. Answers the fires enqueued (name, tick).
 INSERT INTO "acta".job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
                           priority, concurrency_key, rate_key, lane_key)
 SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
-JOIN "acta".schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
+JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT $1::text, unnest($2::text[]))
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
+  ON sc.namespace = $1 AND sc.name = x.name
 WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS o
     WHERE o.namespace = $1 AND o.schedule_name = x.name
@@ -1252,8 +1281,9 @@ ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT 
 RETURNING j.schedule_name, j.scheduled_at;
 
 -- schedules.list_schedules: ``acta schedules ls``: namespace $1's schedules with their pending fire
---   (next) and their latest finished fire (its tick and status). By ``job_schedule_tick_key``.
-SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+--   (next) and their latest finished fire (its tick and status), and the database's ``now()``
+--   (whether a stored cron can fire is judged against it). By ``job_schedule_tick_key``.
+SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
        (SELECT min(j.scheduled_at) FROM "acta".job AS j
         WHERE j.namespace = $1 AND j.schedule_name = sc.name
           AND j.status IN ('ready', 'executing', 'waiting')) AS next_fire,
@@ -1275,18 +1305,11 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('acta.schedule' || chr(31) |
 FROM (SELECT unnest($2::text[]) AS n ORDER BY 1) AS x;
 
 -- schedules.pause_schedule: Pause schedule $2 of namespace $1: no fire from now on (a running one
---   finishes); its pending fire that has not started is cancelled. Answers the schedule's name.
-WITH paused AS (
-    UPDATE "acta".schedule SET enabled = false WHERE namespace = $1 AND name = $2
-    RETURNING name
-),
-pending AS (
-    UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
-    WHERE j.namespace = $1 AND j.schedule_name = $2 AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0))
-      AND EXISTS (SELECT 1 FROM paused)
-    RETURNING 1
-)
-SELECT name FROM paused;
+--   finishes). The UPDATE locks the schedule's row, waiting for any completion that holds it
+--   (:func:`share_schedules`); ``schedules.pause`` then cancels its pending fire with
+--   :func:`cancel_unstarted_fires` in the same transaction. Answers the schedule's name.
+UPDATE "acta".schedule SET enabled = false WHERE namespace = $1 AND name = $2
+RETURNING name;
 
 -- schedules.resume_schedule: Resume schedule $2 of namespace $1 (its next fire is enqueued with
 --   :func:`enqueue_fires`, in the same transaction). Answers the schedule's name.
@@ -1318,7 +1341,7 @@ FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 -- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
 --   parallel arrays: name, cron, timezone, kind, args, missed, and what each fire takes from the
 --   kind: priority, concurrency key, rate key, lane key), and drop the namespace's schedules the
---   code no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
+--   code no longer declares (:func:`cancel_unstarted_fires` then cancels their pending fires). A
 --   paused schedule stays paused. Answers the names dropped. Touches only ``acta.schedule``: a lock
 --   on ``acta.job`` must hold up a worker's first claim, not its start-up.
 WITH d AS (
@@ -1326,7 +1349,9 @@ WITH d AS (
 ),
 up AS (
     INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed, priority, concurrency_key, rate_key, lane_key)
-    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed, d.priority, d.concurrency_key, d.rate_key, d.lane_key FROM d
+    -- In name order: the rows' locks are taken in the order completions take
+    -- them (share_schedules), so the two cannot deadlock.
+    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed, d.priority, d.concurrency_key, d.rate_key, d.lane_key FROM d ORDER BY d.name
     ON CONFLICT (namespace, name) DO UPDATE
         SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind, args = excluded.args, missed = excluded.missed, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
         WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
@@ -1342,13 +1367,15 @@ SELECT name FROM gone;
 
 -- schedules.unfired_schedules: Namespace $1's enabled schedules with no pending fire (none ready,
 --   executing or waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
---   before it started does not count, :func:`cancelled_unstarted`), and the database's ``now()``
---   (one row of it, with a NULL name, when there is none): the fires to enqueue are computed from
---   these in Python, against the database clock. By ``job_schedule_tick_key``.
-SELECT now() AS now, u.name, u.last_tick
+--   before it started does not count, :func:`cancelled_unstarted`) and its stored cron, timezone
+--   and missed policy (a schedule this code does not declare is still checked), and the database's
+--   ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue are
+--   computed from these in Python (``schedules.plan_fires``), against the database clock. By
+--   ``job_schedule_tick_key``.
+SELECT now() AS now, u.name, u.last_tick, u.cron, u.timezone, u.missed
 FROM (SELECT 1) AS one
 LEFT JOIN (
-    SELECT sc.name,
+    SELECT sc.name, sc.cron, sc.timezone, sc.missed,
            (SELECT max(j.scheduled_at) FROM "acta".job AS j
             WHERE j.namespace = $1 AND j.schedule_name = sc.name
               AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick
