@@ -149,11 +149,12 @@ def test_acta_dashboard_reads_its_password_from_dotenv_checks_hosts_and_bounds_b
 ) -> None:
     """Issue 35 against the real server: a password in ``.env`` (it was ignored, and the
     dashboard served every page without one), the Host header (DNS rebinding), the
-    trailing-slash redirect's Location, a body of 1 GiB announced, an id of 5,000 digits."""
+    trailing-slash redirect's Location, a body of 1 GiB announced, an id of 5,000 digits,
+    ``--only-namespaces``."""
     (tmp_path / ".env").write_text("ACTA_DASHBOARD_PASSWORD=from the file\nACTA_NAMESPACE=dash\n")
     port = _free_port()
     proc = subprocess.Popen(
-        [*acta_command(), "dashboard", "--port", str(port)],
+        [*acta_command(), "dashboard", "--port", str(port), "--only-namespaces", "dash"],
         env=acta_env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -194,6 +195,8 @@ def test_acta_dashboard_reads_its_password_from_dotenv_checks_hosts_and_bounds_b
 
         huge = httpx.get(base + "/jobs/" + "9" * 5000, headers=bearer)
         assert huge.status_code == 404
+        pinned = httpx.get(base + "/jobs?ns=other", headers=bearer)
+        assert pinned.status_code == 404 and "is not shown by this dashboard" in pinned.text
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
