@@ -419,7 +419,10 @@ class Guard:
             await refused(scope, receive, send)
             return
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        if length is not None and not length.isdigit():
+            await _plain(400, "Content-Length is not a number.")(scope, receive, send)
+            return
+        if length is not None and int(length) > MAX_BODY_BYTES:
             await self._too_large(scope, receive, send)
             return
         body = bytearray()
