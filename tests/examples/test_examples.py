@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
+from acta_sqla import embedded
 from tests.harness import REPO_ROOT
 
 Run = Callable[[str], str]
@@ -96,7 +102,33 @@ def test_fastapi_app(run_example: Run) -> None:
 
 def test_every_example_is_run_here_and_linked_from_the_readme() -> None:
     examples = sorted(p.stem for p in (REPO_ROOT / "examples").glob("*.py"))
-    tested = sorted(name.removeprefix("test_") for name in globals() if name.startswith("test_"))
+    tested = [name.removeprefix("test_") for name in globals() if name.startswith("test_")]
     assert set(examples) <= set(tested), set(examples) - set(tested)
     readme = (REPO_ROOT / "README.md").read_text()
     assert [e for e in examples if f"(examples/{e}.py)" not in readme] == []
+
+
+def test_an_example_runs_on_the_embedded_default(acta_env: dict[str, str]) -> None:
+    """With no ACTA_DATABASE_URL the examples start the embedded PostgreSQL, as a user's
+    first run does (here in a data folder of its own, stopped and removed after)."""
+    # Not under pytest's base temp: the server runs as its own user when the tests run as
+    # root, and must reach the folder (/tmp lets it; mkdtemp's 0700 is widened).
+    folder = Path(tempfile.mkdtemp(prefix="acta-example-pg-"))
+    folder.chmod(0o755)
+    data_dir = folder / "pgdata"
+    env = {k: v for k, v in acta_env.items() if k != "ACTA_DATABASE_URL"}
+    env["ACTA_DATA_DIR"] = str(data_dir)
+    try:
+        done = subprocess.run(
+            [sys.executable, "examples/lanes.py"],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "account 1: entries applied in commit order [100, -30, 5]" in done.stdout
+    finally:
+        embedded.stop(data_dir)
+        shutil.rmtree(folder, ignore_errors=True)
