@@ -281,9 +281,23 @@ class Job(Base):
                 fields["trace_context"] = traced
         super().__init__(kind=kind, args={} if args is None else args, **fields)
 
+    def _kind_known(self) -> str:
+        # The kind as this instance already holds it, never loaded: reading ``self.kind`` on
+        # an expired instance would run a SELECT (MissingGreenlet under an AsyncSession)
+        # just to name it in an error message.
+        return self.__dict__.get("kind") or "job"
+
     @validates("args")
     def _validate_args(self, _key: str, value: Any) -> Any:
-        args_json(self.kind or "job", value)
+        args_json(self._kind_known(), value)
+        return value
+
+    @validates("run_at")
+    def _validate_run_at(self, _key: str, value: Any) -> Any:
+        # A datetime set by hand (``job.run_at = ...``) passes the rule of Job(run_at=...);
+        # Job(delay=...) gives a SQL expression on the database clock.
+        if isinstance(value, datetime):
+            job_option(self._kind_known(), "run_at", value)
         return value
 
     @validates(
@@ -300,11 +314,11 @@ class Job(Base):
             return value
         if key == "parent_id":
             raise InvalidJob(
-                f"{self.kind or 'job'}: parent_id is set by acta when a parent's handler "
+                f"{self._kind_known()}: parent_id is set by acta when a parent's handler "
                 "returns WaitForChildren([...]); a job cannot be given a parent by hand "
                 "(see docs/waits.md)"
             )
-        return job_column(self.kind or "job", key, value)
+        return job_column(self._kind_known(), key, value)
 
     def __repr__(self) -> str:
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"
