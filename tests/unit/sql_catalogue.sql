@@ -1,6 +1,18 @@
 -- Every statement acta sends, as rendered (tests/unit/test_sql_catalogue.py).
 -- Regenerate after an intended change: ACTA_UPDATE_SQL_SNAPSHOT=1 pytest tests/unit/test_sql_catalogue.py
 
+-- claim.bounced_due_in: Seconds until the earliest *bounced* ready job of namespace $1 among kinds
+--   $2 is due (negative: due already; None: none). A burst worker (``acta worker --burst``,
+--   ``testing.drain``) stops only once none is left.
+SELECT extract(epoch FROM j.run_at - now())::float8
+FROM "acta".job AS j
+WHERE j.namespace = $1 AND j.status = 'ready' AND j.kind = ANY($2::text[])
+  AND j.execution_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM "acta".execution AS e
+                  WHERE e.job_id = j.id AND e.id = j.execution_id)
+ORDER BY j.run_at
+LIMIT 1;
+
 -- claim.claim_jobs: Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order,
 --   moves each to 'executing', counts the attempt, and mints its execution id (the fencing token).
 --   SKIP LOCKED: two claimers never take the same row, and never wait for each other.
