@@ -95,8 +95,11 @@ class Job(Base):
     namespace: Mapped[str] = mapped_column(Text, default="default", server_default="default")
     kind: Mapped[str] = mapped_column(Text)
     args: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
+    # The database's default alone, read back by the INSERT's RETURNING: a lane's job is
+    # made 'waiting' by the lane trigger on insert, and the model must say so after the
+    # flush (a Python-side default was sent as 'ready' and believed).
     status: Mapped[JobStatus] = mapped_column(
-        _status_type(JobStatus, "status"), default=JobStatus.READY, server_default="ready"
+        _status_type(JobStatus, "status"), server_default="ready"
     )
     priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
     """Lower runs first."""
@@ -264,6 +267,11 @@ class Job(Base):
         # the same rules, and messages, as handler.job() and handler.jobs().
         if not isinstance(kind, str) or not kind:
             raise InvalidJob(f"kind must be a non-empty string, got {kind!r}")
+        # One rule for the namespace, whatever path enqueues the job: decided here, when it
+        # is built (namespace=, or handler.job()'s app), else 'default'. An Acta of another
+        # namespace refuses it rather than move it (Acta._check_kind).
+        if fields.get("namespace") is None:
+            fields["namespace"] = "default"
         if fields.get("run_at", False) is None:
             del fields["run_at"]  # None reads as "not given": due now, on the database clock
         if delay is not None:
