@@ -340,7 +340,13 @@ class Worker:
                     # not for a time its enqueuer chose, so the burst runs it too. A job
                     # delayed on purpose (delay, run_at, a retry's back-off) stays.
                     assert self.store is not None
-                    due_in = await self.store.bounced_due_in(list(self.acta.handlers))
+                    try:
+                        due_in = await self.store.bounced_due_in(list(self.acta.handlers))
+                    except Exception as exc:  # the database is away: ask again, as the
+                        # claimer does (the lifeline stops a worker that cannot reach it)
+                        log.warning("burst: could not look for bounced jobs: {}", exc)
+                        await self.clock.wait(self._stop_requested, 1.0)
+                        continue
                     if due_in is None:
                         return
                     # The claimer wakes by itself when the job is due; look again then.
