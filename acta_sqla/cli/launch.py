@@ -23,7 +23,7 @@ from loguru import logger
 
 from ..app import Acta
 from ..errors import ConfigurationError, WorkerCrashed
-from ..settings import DEFAULT_GRACE_SECONDS, environment, load_settings
+from ..settings import DEFAULT_GRACE_SECONDS, load_settings
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,8 @@ def serve(options: WorkerOptions) -> None:
     if math.isnan(grace) or grace < 0:
         raise ConfigurationError(f"--grace {grace:g}: must be >= 0 seconds")
     # ACTA_APP is a setting like the others: the environment (Typer's envvar, or the plain
-    # path's own reading) or else the .env file of the current folder. Read raw, not with
-    # load_settings(): run_worker validates the other settings, once.
-    acta = load_app(options.app or environment().get("app"))
+    # path's own reading) or else the .env file of the current folder.
+    acta = load_app(options.app or load_settings().app)
     runner = _runner()
     runner(
         run_worker(
