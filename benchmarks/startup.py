@@ -15,8 +15,8 @@ first claim and spawn to first completion. With several ``--checkout``, spawns a
 between them, so machine noise hits each alike.
 
 Also printed: the import of the worker command's module alone (``-X importtime``'s total:
-``acta_sqla.cli.launch``, or ``acta_sqla.cli.worker`` in a checkout older than it), the
-part of start-up that is imports.
+``acta_sqla.cli.worker``, or ``acta_sqla.cli.launch`` in a checkout that had the worker's
+own Typer-free parser, issue 16 to issue 28), the part of start-up that is imports.
 
 Needs a PostgreSQL server (``--dsn``, a role that may CREATE DATABASE); the scratch
 database ``acta_startup_bench`` is dropped first and at the end. Each checkout's schema
@@ -60,8 +60,9 @@ def acta_command() -> list[str]:
 
 
 def worker_module(checkout: Path) -> str:
-    """The module ``acta worker`` runs from: ``acta_sqla.cli.launch`` (its Typer-free path,
-    since the third pass of issue 16), or ``acta_sqla.cli.worker`` in an older checkout."""
+    """The module ``acta worker`` runs from: ``acta_sqla.cli.worker`` (its Typer command),
+    or ``acta_sqla.cli.launch`` in a checkout between the third pass of issue 16 and issue
+    28, when a hand-written parser started the worker without Typer."""
     launch = checkout / "acta_sqla" / "cli" / "launch.py"
     return "acta_sqla.cli.launch" if launch.exists() else "acta_sqla.cli.worker"
 
