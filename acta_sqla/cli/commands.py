@@ -107,9 +107,14 @@ def build_command(name: str) -> Any:
 
 
 class _RootGroup(ActaGroup):
+    """``acta``: the commands of :data:`COMMANDS`, built on first use, and any registered
+    on ``app`` itself (``app.command()``), built by Typer as usual."""
+
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
+        registered = dict(self.commands)
         self.commands = _LazyCommands(build_command, list(COMMANDS))
+        self.commands.update(registered)
 
 
 def _no_options() -> None:

@@ -122,3 +122,16 @@ def test_acta_worker_loads_only_its_own_command() -> None:
         "loaded: ['acta_sqla.cli._common', 'acta_sqla.cli.commands', 'acta_sqla.cli.worker']"
         " [] [] True"
     )
+
+
+def test_a_command_registered_on_the_app_itself_is_kept() -> None:
+    extended = typer.Typer(cls=type(typer.main.get_command(app)), add_completion=False)
+    extended.callback()(lambda: None)
+
+    @extended.command("hello")
+    def hello() -> None:
+        typer.echo("hi")
+
+    result = CliRunner().invoke(extended, ["hello"])
+    assert (result.exit_code, result.stdout) == (0, "hi\n")
+    assert list(typer.main.get_command(extended).list_commands(None))[-1] == "hello"  # type: ignore[attr-defined,arg-type]
