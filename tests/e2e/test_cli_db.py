@@ -260,3 +260,26 @@ def test_db_url_prints_the_configured_url_password_masked(
     bad = _acta("db", "url", env=worker_env("mysql://app:s3cret@db/app"), cwd=tmp_path)
     assert bad.returncode == 2
     assert "ACTA_DATABASE_URL" in one_line_error(bad, "db url") and "s3cret" not in bad.stderr
+
+
+def test_demo_on_the_embedded_default_says_the_server_keeps_running_and_how_to_stop_it(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "pgdata"
+    env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
+    try:
+        demo = _acta("demo", "--users", "5", env=env, cwd=tmp_path)
+        assert demo.returncode == 0, demo.stderr
+        last = demo.stdout.splitlines()[-1]
+        assert last == (
+            f"the embedded PostgreSQL in {data_dir.resolve()} keeps running for the next "
+            "command; stop it with `acta db stop`"
+        )
+        assert embedded._postmaster_info(data_dir.resolve()).is_running()
+
+        # The command it names does stop it.
+        stop = _acta("db", "stop", env=env, cwd=tmp_path)
+        assert stop.stdout == f"stopped the embedded PostgreSQL in {data_dir.resolve()}\n"
+        assert not embedded.stop(data_dir)  # nothing left running
+    finally:
+        embedded.stop(data_dir)
