@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from .. import _faults as faults
 from ..settings import IDLE_JITTER_SECONDS, POLL_FLOOR_SECONDS, Timings
 from ..values import Claim, ClaimedJob
 from .clock import Clock, Timer
@@ -196,6 +197,8 @@ class Claimer:
             return 0
         self.idle.clear()
         self.claimed_rows += len(jobs)
+        if faults.active is not None:  # tests only (acta_sqla.testing.faults)
+            await faults.active.reached("after_claim")
         if jobs[0].alone:
             self._isolated = True
             log.bind(event="suspect_claimed", job_id=jobs[0].id, kind=jobs[0].kind).info(
