@@ -33,8 +33,8 @@ active: Faults | None = None
 """The armed faults (None: none; the seams do nothing)."""
 
 worker_process = False
-"""Set once this process runs a worker (``acta worker``, ``in_process_worker``; not a
-test's ``drain``): ``acta_sqla.testing.inline`` then refuses, as jobs run in the worker."""
+"""Set by ``acta worker`` (the CLI) in its process: ``acta_sqla.testing.inline`` then
+refuses, as the worker runs the jobs."""
 
 current: ContextVar[Any] = ContextVar("acta_worker", default=None)
 """The ``Worker`` whose ``run`` the current task belongs to (None outside a worker)."""

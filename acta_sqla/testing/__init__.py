@@ -453,7 +453,7 @@ def inline(acta: Acta, *, database_url: str | None = None) -> Iterator[None]:
         )
     key = f"acta_inline_{id(acta)}"
 
-    def flushed(session: SyncSession, _context: Any) -> None:
+    def flushed(session: SyncSession, _context: Any, _instances: Any) -> None:
         if any(isinstance(o, Job) and o.namespace == acta.namespace for o in session.new):
             session.info[key] = True
 

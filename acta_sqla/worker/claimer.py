@@ -197,8 +197,6 @@ class Claimer:
             return 0
         self.idle.clear()
         self.claimed_rows += len(jobs)
-        if faults.active is not None:  # tests only (acta_sqla.testing.faults)
-            await faults.active.reached("after_claim")
         if jobs[0].alone:
             self._isolated = True
             log.bind(event="suspect_claimed", job_id=jobs[0].id, kind=jobs[0].kind).info(
@@ -213,6 +211,8 @@ class Claimer:
         add, put = self.registry.add, self.claimed.put_nowait
         for job in jobs:
             put(add(job, deadline))
+        if faults.active is not None:  # tests only (acta_sqla.testing.faults)
+            await faults.active.reached("after_claim")
         if self._on_claim is not None:
             self._on_claim(len(jobs), self.clock.now() - started)
         await self.claimed.join()

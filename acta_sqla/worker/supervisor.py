@@ -327,8 +327,6 @@ class Worker:
     async def run(self) -> None:
         """Start, run until a stop is requested (or, in burst mode, until idle), stop."""
         token = faults.current.set(self)  # the stages' tasks inherit it (fault injection)
-        if not self.recover_first:  # a worker, not a test's drain: no inline testing mode
-            faults.worker_process = True
         try:
             await self._run()
         finally:
