@@ -293,3 +293,17 @@ async def test_inline_is_refused_where_a_worker_runs(
     monkeypatch.setattr(seam, "worker_process", True)
     with pytest.raises(ConfigurationError, match="runs an acta worker"), inline(app):
         pass
+
+
+@pytest.mark.parametrize(("point", "second_attempt"), [("after_claim", 1), ("in_handler", 2)])
+async def test_a_loss_is_charged_once_the_start_is_known(
+    db: str, async_session: AsyncSession, point: str, second_attempt: int
+) -> None:
+    job = step.job(n=1)
+    async_session.add(job)
+    await async_session.commit()
+    with faults.crash_at(point):
+        await drain(app, database_url=db)
+    await faults.expire_lease(async_session, job.id)
+    await drain(app, database_url=db)
+    assert ran == [(job.id, second_attempt)]
