@@ -451,6 +451,9 @@ class Worker:
         # for it again (its row is left to its lease; the CLI exits past its task).
         await self.executors.stop(STUBBORN_WAIT_SECONDS if self.stubborn else FORCED_STOP_SECONDS)
         await self.finalizer.stop(FLUSH_SECONDS)
+        if self.killed:  # crash_at's point was the shutdown's last write: write nothing more
+            await self._bury()
+            return
         await self.heartbeat.stop()
         await self.lifeline.stop()
         await self.listener.stop()

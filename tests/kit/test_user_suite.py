@@ -30,4 +30,4 @@ def test_a_users_suite_passes(tmp_path: Path, database_url: str) -> None:
         timeout=110,
     )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
-    assert "6 passed" in run.stdout, run.stdout[-3000:]
+    assert "7 passed" in run.stdout, run.stdout[-3000:]

@@ -9,7 +9,15 @@ import pytest
 from sqlalchemy import select
 
 from acta_sqla import Acta, Context, Execution, InvalidJobArgs, Job, Retry
-from acta_sqla.testing import assert_enqueued, assert_not_enqueued, drain, enqueued, faults, perform
+from acta_sqla.testing import (
+    assert_enqueued,
+    assert_enqueued_sync,
+    assert_not_enqueued,
+    drain,
+    enqueued,
+    faults,
+    perform,
+)
 
 acta = Acta(namespace="shop")
 RUNS = Path(__file__).with_name("runs.log")
@@ -123,3 +131,10 @@ async def test_make_due_brings_a_retry_now(acta_session):
     await acta_session.refresh(job)
     assert job.status == "succeeded" and job.result == "charged"
     assert (await acta_session.get(Job, job.id)).attempts == 2
+
+
+def test_a_sync_enqueue_path(acta_sync_session, acta_database_url):
+    assert acta_database_url.startswith("postgresql://")
+    acta.enqueue_sync(acta_sync_session, send_receipt.job(order_id=2, email="d@example.com"))
+    acta_sync_session.commit()
+    assert_enqueued_sync(acta_sync_session, send_receipt, args={"order_id": 2}, count=1)
