@@ -307,3 +307,33 @@ async def test_a_loss_is_charged_once_the_start_is_known(
     await faults.expire_lease(async_session, job.id)
     await drain(app, database_url=db)
     assert ran == [(job.id, second_attempt)]
+
+
+@app.job(max_attempts=1)
+async def tries_inline(ctx: Context) -> None:
+    with inline(app):
+        pass
+
+
+async def test_inline_is_refused_inside_a_worker(db: str, async_session: AsyncSession) -> None:
+    job = tries_inline.job()
+    async_session.add(job)
+    await async_session.commit()
+    await drain(app, database_url=db)
+    (failed,) = await history(async_session, job.id)
+    assert failed.error_type == "acta_sqla.errors.ConfigurationError"
+    assert "runs an acta worker" in (failed.error_message or "")
+
+
+async def test_the_worker_command_marks_its_process(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``acta worker`` (run_worker, here in burst mode) marks the process: inline refuses."""
+    from acta_sqla.cli.worker import run_worker
+
+    monkeypatch.setattr(seam, "worker_process", False)
+    monkeypatch.setenv("ACTA_DATABASE_URL", db)
+    await run_worker(app, burst=True)
+    assert seam.worker_process is True
+    with pytest.raises(ConfigurationError, match="runs an acta worker"), inline(app):
+        pass

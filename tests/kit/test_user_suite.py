@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
-def test_a_users_suite_passes(tmp_path: Path, database_url: str) -> None:
+def test_a_users_suite_passes(tmp_path: Path, server_url: str) -> None:
     project = tmp_path / "shop"
     project.mkdir()
     (project / "test_shop.py").write_text((HERE / "user_suite.py").read_text())
@@ -20,7 +20,7 @@ def test_a_users_suite_passes(tmp_path: Path, database_url: str) -> None:
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACTA_")}
-    env["ACTA_TEST_DATABASE_URL"] = database_url  # the server: the plugin makes its own db
+    env["ACTA_TEST_DATABASE_URL"] = server_url  # the plugin makes its own database there
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_shop.py"],
         cwd=project,
