@@ -103,18 +103,14 @@ async def _empty_tables(url: str) -> None:
     import asyncpg
 
     from .database import asyncpg_dsn
+    from .queries import admin
     from .schema import SCHEMA
+    from .settings import SCHEMA_VERSION_TABLE
 
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
-        tables = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1 "
-            "AND tablename <> 'alembic_version' ORDER BY tablename",
-            SCHEMA,
-        )
-        sequences = await conn.fetch(
-            "SELECT sequencename FROM pg_sequences WHERE schemaname = $1", SCHEMA
-        )
+        tables = await conn.fetch(admin.schema_tables(), SCHEMA, SCHEMA_VERSION_TABLE)
+        sequences = await conn.fetch(admin.schema_sequences(), SCHEMA)
         statements = [f"SET lock_timeout = '{_TRUNCATE_LOCK_TIMEOUT}'"]
         if tables:
             listed = ", ".join(f'"{SCHEMA}"."{t[0]}"' for t in tables)

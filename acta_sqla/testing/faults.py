@@ -19,22 +19,19 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from sqlalchemy import and_, func, literal, text, update
+from typing import TYPE_CHECKING, Any
 
 from .. import _faults
 from ..app import Acta
 from ..errors import ConfigurationError, StoreUnavailable
-from ..models import Job
+from ..queries import admin
 from ..settings import load_settings
-from ..status import JobStatus
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = [
     "POINTS",
@@ -199,11 +196,7 @@ async def database_outage(seconds: float, *, database_url: str | None = None) ->
     try:
         conn = await asyncpg.connect(asyncpg_dsn(url))
         try:
-            await conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND application_name LIKE 'acta:%'"
-            )
+            await conn.execute(admin.terminate_worker_connections())
         finally:
             await conn.close()
         await asyncio.sleep(max(0.0, _plan.refused_until - time.monotonic()))
@@ -211,18 +204,30 @@ async def database_outage(seconds: float, *, database_url: str | None = None) ->
         _disarm()
 
 
-def _engine(session: AsyncSession) -> AsyncEngine:
+@asynccontextmanager
+async def _connection(session: AsyncSession) -> AsyncIterator[tuple[Any, str]]:
+    """An asyncpg connection to the session's database (autocommit), and acta's schema."""
+    import asyncpg
+
+    from ..database import asyncpg_dsn
+
     engine = getattr(session, "bind", None)
     if engine is None:
         raise ConfigurationError(
             "acta_sqla.testing.faults: the session has no bind (AsyncSession(engine)); "
             "pass a session bound to the test database's engine"
         )
-    return engine  # type: ignore[no-any-return]
+    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    schema = load_settings(database_url=url).db_schema
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        yield conn, schema
+    finally:
+        await conn.close()
 
 
 async def expire_lease(session: AsyncSession, *job_ids: int) -> None:
-    """End the lease of each job now (in a transaction of its own on the session's engine,
+    """End the lease of each job now (on a connection of its own to the session's database,
     committed at once), as if its worker had stopped renewing it long ago: the next
     ``drain`` (which runs a recovery pass first) or a worker's recovery pass takes the
     job back, recording the lost attempt (``LeaseExpired``). A live worker that still
@@ -230,14 +235,9 @@ async def expire_lease(session: AsyncSession, *job_ids: int) -> None:
     job that is not ``executing``."""
     if not job_ids:
         raise ConfigurationError("expire_lease(session, job_id, ...): name at least one job")
-    async with _engine(session).begin() as conn:
-        rows = await conn.execute(
-            update(Job)
-            .where(Job.id.in_(job_ids), Job.status == JobStatus.EXECUTING)
-            .values(lease_expires_at=func.now() - text("interval '1 millisecond'"))
-            .returning(Job.id)
-        )
-        done = {r[0] for r in rows}
+    async with _connection(session) as (conn, schema):
+        rows = await conn.fetch(admin.expire_leases(schema), list(job_ids))
+    done = {r[0] for r in rows}
     missing = sorted(set(job_ids) - done)
     if missing:
         raise ValueError(
@@ -247,30 +247,13 @@ async def expire_lease(session: AsyncSession, *job_ids: int) -> None:
 
 
 async def make_due(session: AsyncSession, acta: Acta | str | None = None) -> int:
-    """Time travel: every job waiting for a time is due now, in a transaction of its own on
-    the session's engine: retries in their back-off, delayed and ``run_at`` jobs, bounced
-    jobs, the schedules' pending fires (ready, due later), and signal waits with a timeout
+    """Time travel: every job waiting for a time is due now (in a transaction of its own, on
+    a connection to the session's database): retries in their back-off, delayed and
+    ``run_at`` jobs, bounced jobs, the schedules' pending fires, and signal waits with a timeout
     (woken as timed out: ``ctx.resumed == "timeout"``). ``acta`` (or a namespace name)
     narrows it to one namespace. Returns how many jobs it moved. Run a ``drain`` next."""
     namespace = acta.namespace if isinstance(acta, Acta) else acta
-    scope = [] if namespace is None else [Job.namespace == namespace]
-    now = func.now()
-    async with _engine(session).begin() as conn:
-        ready = await conn.execute(
-            update(Job)
-            .where(*scope, Job.status == JobStatus.READY, Job.run_at > now)
-            .values(run_at=now)
-            .returning(Job.id)
-        )
-        woken = await conn.execute(
-            update(Job)
-            .where(
-                *scope,
-                Job.status == JobStatus.WAITING,
-                Job.awaited_signal.is_not(None),
-                and_(Job.run_at > now, Job.run_at < literal("infinity").cast(Job.run_at.type)),
-            )
-            .values(status=JobStatus.READY, run_at=now, resumed="timeout", awaited_signal=None)
-            .returning(Job.id)
-        )
-        return len(ready.all()) + len(woken.all())
+    async with _connection(session) as (conn, schema), conn.transaction():
+        ready = await conn.fetch(admin.make_due_later(schema), namespace)
+        woken = await conn.fetch(admin.time_out_waits(schema), namespace)
+    return len(ready) + len(woken)
