@@ -337,3 +337,21 @@ async def test_the_worker_command_marks_its_process(
     assert seam.worker_process is True
     with pytest.raises(ConfigurationError, match="runs an acta worker"), inline(app):
         pass
+
+
+async def test_a_crash_kills_a_running_worker_too(db: str, async_session: AsyncSession) -> None:
+    """The acta_worker fixture's worker (running_worker): killed where it stands, and
+    leaving the block after its death stops nothing more and writes nothing."""
+    with faults.crash_at("in_handler") as crash:
+        async with running_worker(app, database_url=db) as worker:
+            job = step.job(n=1)
+            async_session.add(job)
+            await async_session.commit()
+            await until(lambda: crash.happened, timeout=30, what="the crash")
+            await until(lambda: worker.stopped.is_set(), timeout=30, what="the worker's death")
+    assert worker.killed and crash.job_ids == [job.id]
+    assert await status(async_session, job.id) == "executing"
+    stopped = await async_session.execute(
+        text(f"SELECT status, stopped_at FROM acta.worker WHERE id = {crash.worker_id}")
+    )
+    assert tuple(stopped.one()) == ("running", None)
