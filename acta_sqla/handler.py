@@ -459,5 +459,5 @@ class JobBatch:
             "lane_key": self.lane_keys or none,
             "unique_key": self.unique_keys or none,
             # The trace context current when the batch is enqueued: one for every job.
-            "trace_context": [current_context()] * n,
+            "trace_context": [current_context(self.kind, self.namespace, batch=n)] * n,
         }
