@@ -103,6 +103,19 @@ def current_context(
     return json.dumps(carrier, separators=(",", ":")) if carrier else None
 
 
+def trace_id(stored: str | None) -> str | None:
+    """The trace id (32 hex digits) of a stored trace context, read from its
+    ``traceparent`` without OpenTelemetry; None if there is none or it does not parse."""
+    if not stored:
+        return None
+    try:
+        parent = json.loads(stored).get("traceparent", "")
+    except (ValueError, AttributeError):
+        return None
+    parts = parent.split("-") if isinstance(parent, str) else []
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+
+
 def sdk_configured() -> bool:
     """True when the process has a real tracer provider (an SDK), not the API's default."""
     if not api_in_use("trace"):
