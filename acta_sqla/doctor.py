@@ -391,6 +391,9 @@ async def examine(
         if readable["ready_backlog"] is None and live == 0:
             due = (await rows(q.ready_backlog(schema), namespace=namespace))[0]
             findings += judge_backlog(namespace, due.rows, due.oldest_seconds, clock)
+        if readable["schedule_no_tick"] is None:
+            stored = await rows(q.stored_schedules(schema), namespace=namespace)
+            findings += judge_schedules(namespace, [r._mapping for r in stored], server.now)
     finally:
         await db.rollback()
 
@@ -414,6 +417,7 @@ CHECK_NEEDS: dict[str, tuple[str, str]] = {
     "dead_workers": ("0001", "the worker table's beats"),
     "waiting_timeout": ("0007", "job_wait_deadline_idx, without which it would scan acta.job"),
     "ready_backlog": ("0001", "job_due_idx and the worker table"),
+    "schedule_no_tick": ("0008", "the schedule table's missed policies as this package reads them"),
 }
 """The checks that read acta's own tables: the revision each needs (the latest migration
 that changed what it reads: columns, tables, or the index that keeps it cheap), and what.
@@ -807,6 +811,33 @@ def judge_waits(
             {"rows": rows, "oldest_seconds": oldest_seconds, "overdue_after": overdue},
         )
     ]
+
+
+def judge_schedules(
+    namespace: str, schedules: Sequence[Mapping[str, Any]], now: datetime
+) -> list[Finding]:
+    """Stored schedules whose next tick cannot be computed (a cron that never matches, such
+    as Feb 30, or a definition this version cannot read, left by another version of the
+    code): each never fires, while every other schedule does."""
+    from .schedules import tick_problem
+
+    out: list[Finding] = []
+    for sc in schedules:
+        problem = tick_problem(sc["name"], sc["cron"], sc["timezone"], sc["missed"], now)
+        if problem is None:
+            continue
+        out.append(
+            Finding(
+                "schedule_no_tick",
+                Severity.PROBLEM,
+                f"schedule {sc['name']!r}",
+                f"schedule {sc['name']!r} in namespace {namespace!r} never fires: {problem}",
+                "fix its cron where the code declares it (`acta.schedule(...)`) and start a "
+                "worker of that code, which stores it again; or remove it from the code",
+                dict(sc),
+            )
+        )
+    return out
 
 
 def judge_workers(

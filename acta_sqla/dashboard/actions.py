@@ -61,8 +61,8 @@ async def schedule(session: AsyncSession, namespace: str, name: str, op: str) ->
     conn = await _driver(session)
     schema = schema_of(session)
     if op == "pause":
-        rows = await conn.fetch(q.pause_schedule(schema), namespace, name)
-        return "paused" if rows else "schedule-missing"
+        paused = await schedules.pause(conn, schema, namespace, name)
+        return "paused" if paused else "schedule-missing"
     if op == "resume":
         tick = await schedules.resume(conn, schema, namespace, name)
         return "resumed" if tick is not None else "schedule-missing"

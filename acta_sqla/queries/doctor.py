@@ -147,6 +147,17 @@ def late_waits(schema: str) -> str:
         ) AS late"""
 
 
+def stored_schedules(schema: str) -> str:
+    """The stored schedules of namespace :namespace (their cron, timezone and missed
+    policy: whether each can fire is judged in Python). A handful of rows, by the
+    primary key."""
+    return f"""
+        SELECT name, cron, timezone, missed, enabled
+        FROM {quote(schema)}.schedule
+        WHERE namespace = :namespace
+        ORDER BY name"""
+
+
 def silent_workers(schema: str) -> str:
     """Workers of namespace :namespace still marked running but silent for :dead_beats of
     their own heartbeats (dead, and not yet marked so by recovery); served by

@@ -254,6 +254,38 @@ def test_the_password_prompt(serve: Callable[..., str], page: Any) -> None:
     assert page.url == base + "/workers"
 
 
+def test_logout_ends_the_session_for_the_back_button_and_for_copied_cookies(
+    serve: Callable[..., str], page: Any
+) -> None:
+    """Log in, copy the cookies, log out: the back button shows the login page again (the
+    pages are ``no-store``, so the browser asks the server), and the copied cookies put
+    back into the browser are refused (issue 35: they were still let in)."""
+    expect = playwright_api.expect
+    base = serve(password="correct horse")
+    page.goto(base + "/workers")
+    page.get_by_label("Password").fill("correct horse")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Workers")).to_be_visible()
+    copied = page.context.cookies()
+    assert {c["name"] for c in copied} == {"acta_sid", "acta_auth"}
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
+
+    page.get_by_role("button", name="Log out").click()
+    expect(page.get_by_label("Password")).to_be_visible()
+    assert "acta_auth" not in {c["name"] for c in page.context.cookies()}
+    page.go_back()
+    expect(page.get_by_label("Password")).to_be_visible()
+    expect(page.get_by_role("heading", name="Jobs")).to_have_count(0)
+
+    page.context.clear_cookies()
+    page.context.add_cookies(copied)
+    page.goto(base + "/workers")
+    expect(page.get_by_label("Password")).to_be_visible()
+    expect(page.get_by_role("heading", name="Workers")).to_have_count(0)
+    assert page.url.startswith(base + "/login?next=")
+
+
 def test_names_a_url_must_encode_reach_their_pages_and_their_buttons(
     db: str, serve: Callable[..., str], page: Any
 ) -> None:

@@ -1,6 +1,18 @@
 -- Every statement acta sends, as rendered (tests/unit/test_sql_catalogue.py).
 -- Regenerate after an intended change: ACTA_UPDATE_SQL_SNAPSHOT=1 pytest tests/unit/test_sql_catalogue.py
 
+-- claim.bounced_due_in: Seconds until the earliest *bounced* ready job of namespace $1 among kinds
+--   $2 is due (negative: due already; None: none). A burst worker (``acta worker --burst``,
+--   ``testing.drain``) stops only once none is left.
+SELECT extract(epoch FROM j.run_at - now())::float8
+FROM "acta".job AS j
+WHERE j.namespace = $1 AND j.status = 'ready' AND j.kind = ANY($2::text[])
+  AND j.execution_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM "acta".execution AS e
+                  WHERE e.job_id = j.id AND e.id = j.execution_id)
+ORDER BY j.run_at
+LIMIT 1;
+
 -- claim.claim_jobs: Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order,
 --   moves each to 'executing', counts the attempt, and mints its execution id (the fencing token).
 --   SKIP LOCKED: two claimers never take the same row, and never wait for each other.
@@ -328,9 +340,13 @@ next_fire AS (
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
-    JOIN "acta".schedule AS sc
+    JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
       ON sc.namespace = f.features->'next'->>'namespace'
-     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+     AND sc.name = f.features->'next'->>'schedule'
     WHERE NOT EXISTS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -447,9 +463,13 @@ SELECT DISTINCT ON (sc.name, (f.features->'next'->>'tick')::timestamptz)
        sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM f
 JOIN done AS d ON d.id = f.job_id
-JOIN "acta".schedule AS sc
+JOIN (
+    SELECT sc.* FROM "acta".schedule AS sc
+    WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+    ORDER BY sc.namespace, sc.name
+    FOR SHARE OF sc) AS sc
   ON sc.namespace = f.features->'next'->>'namespace'
- AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+ AND sc.name = f.features->'next'->>'schedule'
 WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS later
     WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -779,9 +799,13 @@ next_fire AS (
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
-    JOIN "acta".schedule AS sc
+    JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
       ON sc.namespace = f.features->'next'->>'namespace'
-     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+     AND sc.name = f.features->'next'->>'schedule'
     WHERE NOT EXISTS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -1218,6 +1242,14 @@ WHERE namespace = :namespace AND status = 'running'
 ORDER BY heartbeat_at
 LIMIT 20;
 
+-- doctor.stored_schedules: The stored schedules of namespace :namespace (their cron, timezone and
+--   missed policy: whether each can fire is judged in Python). A handful of rows, by the primary
+--   key.
+SELECT name, cron, timezone, missed, enabled
+FROM "acta".schedule
+WHERE namespace = :namespace
+ORDER BY name;
+
 -- doctor.table_health: Live and dead rows, last (auto)vacuum and (auto)analyze, the per-table
 --   autovacuum switch, heap and index bytes, and the frozen-xid age of acta.job and acta.execution
 --   (statistics views and file sizes only: no scan).
@@ -1282,8 +1314,11 @@ WITH RECURSIVE up (id, parent_id, namespace, lane_key, depth) AS (
 )
 SELECT namespace, lane_key FROM up WHERE lane_key IS NOT NULL;
 
--- schedules.cancel_dropped_fires: The pending fires (not running: :data:`UNSTARTED`) of dropped
---   schedules $2 of namespace $1 end ``cancelled``.
+-- schedules.cancel_unstarted_fires: The pending fires (not running: :data:`UNSTARTED`) of schedules
+--   $2 of namespace $1 end ``cancelled``: those of a paused schedule (:func:`pause_schedule` took
+--   its row first, in the same transaction) or of schedules a worker's code dropped
+--   (:func:`store_schedules` deleted their rows first). A statement of its own, after the lock: it
+--   reads the fires a completion committed while the pause waited for its row.
 UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
 WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0));
 
@@ -1292,13 +1327,19 @@ WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'r
 --   it has no pending fire and no fire that happened at or after that tick (a fire's completion may
 --   have enqueued its successor meanwhile; a fire cancelled before it started did not happen). The
 --   tick's fire cancelled before it started is made ready again (:func:`revive_on_conflict`). A
---   fire takes the schedule's stored kind, args, priority and keys (:data:`FIRE`). Answers the
---   fires enqueued (name, tick).
+--   fire takes the schedule's stored kind, args, priority and keys (:data:`FIRE`). The schedules'
+--   rows are read ``FOR SHARE`` (:func:`share_schedules`): a pause or a drop committed meanwhile is
+--   seen. Answers the fires enqueued (name, tick).
 INSERT INTO "acta".job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
                           priority, concurrency_key, rate_key, lane_key)
 SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
-JOIN "acta".schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
+JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT $1::text, unnest($2::text[]))
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
+  ON sc.namespace = $1 AND sc.name = x.name
 WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS o
     WHERE o.namespace = $1 AND o.schedule_name = x.name
@@ -1312,8 +1353,9 @@ ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT 
 RETURNING j.schedule_name, j.scheduled_at;
 
 -- schedules.list_schedules: ``acta schedules ls``: namespace $1's schedules with their pending fire
---   (next) and their latest finished fire (its tick and status). By ``job_schedule_tick_key``.
-SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+--   (next) and their latest finished fire (its tick and status), and the database's ``now()``
+--   (whether a stored cron can fire is judged against it). By ``job_schedule_tick_key``.
+SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
        (SELECT min(j.scheduled_at) FROM "acta".job AS j
         WHERE j.namespace = $1 AND j.schedule_name = sc.name
           AND j.status IN ('ready', 'executing', 'waiting')) AS next_fire,
@@ -1335,18 +1377,11 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('acta.schedule' || chr(31) |
 FROM (SELECT unnest($2::text[]) AS n ORDER BY 1) AS x;
 
 -- schedules.pause_schedule: Pause schedule $2 of namespace $1: no fire from now on (a running one
---   finishes); its pending fire that has not started is cancelled. Answers the schedule's name.
-WITH paused AS (
-    UPDATE "acta".schedule SET enabled = false WHERE namespace = $1 AND name = $2
-    RETURNING name
-),
-pending AS (
-    UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
-    WHERE j.namespace = $1 AND j.schedule_name = $2 AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0))
-      AND EXISTS (SELECT 1 FROM paused)
-    RETURNING 1
-)
-SELECT name FROM paused;
+--   finishes). The UPDATE locks the schedule's row, waiting for any completion that holds it
+--   (:func:`share_schedules`); ``schedules.pause`` then cancels its pending fire with
+--   :func:`cancel_unstarted_fires` in the same transaction. Answers the schedule's name.
+UPDATE "acta".schedule SET enabled = false WHERE namespace = $1 AND name = $2
+RETURNING name;
 
 -- schedules.resume_schedule: Resume schedule $2 of namespace $1 (its next fire is enqueued with
 --   :func:`enqueue_fires`, in the same transaction). Answers the schedule's name.
@@ -1378,7 +1413,7 @@ FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 -- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
 --   parallel arrays: name, cron, timezone, kind, args, missed, and what each fire takes from the
 --   kind: priority, concurrency key, rate key, lane key), and drop the namespace's schedules the
---   code no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
+--   code no longer declares (:func:`cancel_unstarted_fires` then cancels their pending fires). A
 --   paused schedule stays paused. Answers the names dropped. Touches only ``acta.schedule``: a lock
 --   on ``acta.job`` must hold up a worker's first claim, not its start-up.
 WITH d AS (
@@ -1386,7 +1421,9 @@ WITH d AS (
 ),
 up AS (
     INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed, priority, concurrency_key, rate_key, lane_key)
-    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed, d.priority, d.concurrency_key, d.rate_key, d.lane_key FROM d
+    -- In name order: the rows' locks are taken in the order completions take
+    -- them (share_schedules), so the two cannot deadlock.
+    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed, d.priority, d.concurrency_key, d.rate_key, d.lane_key FROM d ORDER BY d.name
     ON CONFLICT (namespace, name) DO UPDATE
         SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind, args = excluded.args, missed = excluded.missed, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
         WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
@@ -1402,13 +1439,15 @@ SELECT name FROM gone;
 
 -- schedules.unfired_schedules: Namespace $1's enabled schedules with no pending fire (none ready,
 --   executing or waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
---   before it started does not count, :func:`cancelled_unstarted`), and the database's ``now()``
---   (one row of it, with a NULL name, when there is none): the fires to enqueue are computed from
---   these in Python, against the database clock. By ``job_schedule_tick_key``.
-SELECT now() AS now, u.name, u.last_tick
+--   before it started does not count, :func:`cancelled_unstarted`) and its stored cron, timezone
+--   and missed policy (a schedule this code does not declare is still checked), and the database's
+--   ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue are
+--   computed from these in Python (``schedules.plan_fires``), against the database clock. By
+--   ``job_schedule_tick_key``.
+SELECT now() AS now, u.name, u.last_tick, u.cron, u.timezone, u.missed
 FROM (SELECT 1) AS one
 LEFT JOIN (
-    SELECT sc.name,
+    SELECT sc.name, sc.cron, sc.timezone, sc.missed,
            (SELECT max(j.scheduled_at) FROM "acta".job AS j
             WHERE j.namespace = $1 AND j.schedule_name = sc.name
               AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick
@@ -1438,12 +1477,12 @@ WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR AND acta.definition.k
 
 -- session.insert_jobs_bulk: INSERT a batch of jobs from two JSON texts in one statement, in input
 --   order.
-INSERT INTO acta.job (namespace, kind, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, trace_context, args, status, attempts, pending_children, cancel_requested, suspect) SELECT src.r ->> 0 AS namespace, src.r ->> 1 AS kind, CAST(src.r ->> 2 AS SMALLINT) AS priority, coalesce(CAST(src.r ->> 3 AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(CAST(src.r ->> 4 AS DOUBLE PRECISION), %(coalesce_1)s))) AS run_at, CAST(src.r ->> 5 AS INTEGER) AS max_attempts, src.r ->> 6 AS concurrency_key, src.r ->> 7 AS rate_key, src.r ->> 8 AS lane_key, src.r ->> 9 AS unique_key, src.r ->> 10 AS trace_context, src.args AS args, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, %(suspect)s AS anon_5
+INSERT INTO acta.job (namespace, kind, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, trace_context, args, attempts, pending_children, cancel_requested, suspect) SELECT src.r ->> 0 AS namespace, src.r ->> 1 AS kind, CAST(src.r ->> 2 AS SMALLINT) AS priority, coalesce(CAST(src.r ->> 3 AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(CAST(src.r ->> 4 AS DOUBLE PRECISION), %(coalesce_1)s))) AS run_at, CAST(src.r ->> 5 AS INTEGER) AS max_attempts, src.r ->> 6 AS concurrency_key, src.r ->> 7 AS rate_key, src.r ->> 8 AS lane_key, src.r ->> 9 AS unique_key, src.r ->> 10 AS trace_context, src.args AS args, %(attempts)s::INTEGER AS anon_1, %(pending_children)s::INTEGER AS anon_2, %(cancel_requested)s AS anon_3, %(suspect)s AS anon_4
 FROM ROWS FROM (jsonb_array_elements(CAST(%(rows)s::VARCHAR AS jsonb)), jsonb_array_elements(CAST(%(args)s::VARCHAR AS jsonb))) WITH ORDINALITY AS src(r, args, ord) ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, status, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
+INSERT INTO acta.job (namespace, kind, args, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
 
 -- session.job_status: One job's status (signal tells a finished job from a missing one).
 SELECT acta.job.status
@@ -1548,12 +1587,12 @@ FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_1)s GROUP BY acta.job.worker_id;
 
 -- inspect.job_children: A parent's children in spawn order (by ``job_parent_idx``).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.parent_id = %(parent_id_1)s::BIGINT ORDER BY acta.job.id;
 
 -- inspect.job_detail: One job in full.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.cancel_requested, acta.job.awaited_signal, acta.job.pending_children, acta.job.signals, acta.job.resumed
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, CASE WHEN (acta.job.claimed_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.claimed_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.claimed_at END AS claimed_at, CASE WHEN (acta.job.started_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.started_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.started_at END AS started_at, CASE WHEN (acta.job.lease_expires_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.lease_expires_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.lease_expires_at END AS lease_expires_at, acta.job.cancel_requested, acta.job.awaited_signal, acta.job.pending_children, acta.job.signals, acta.job.resumed
 FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT;
 
@@ -1563,7 +1602,7 @@ FROM acta.execution
 WHERE acta.execution.job_id = %(job_id_1)s::BIGINT ORDER BY acta.execution.finished_at, acta.execution.attempt;
 
 -- inspect.key_jobs: The unfinished jobs of one concurrency key, in claim order.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.concurrency_key = %(concurrency_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.priority, acta.job.run_at, acta.job.id
  LIMIT %(param_1)s::INTEGER;
@@ -1582,13 +1621,13 @@ WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concur
 
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
 --   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.
-SELECT DISTINCT ON (acta.job.lane_key) acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.lane_key
+SELECT DISTINCT ON (acta.job.lane_key) acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.lane_key
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lane_key IN (__[POSTCOMPILE_lane_key_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.lane_key, acta.job.status = %(status_2)s AND acta.job.awaited_signal IS NULL AND acta.job.pending_children = %(pending_children_1)s::INTEGER, acta.job.id;
 
 -- inspect.lane_jobs: A lane's unfinished jobs in run order: its head, then the queued ones by id
 --   (the order the hand-on takes them).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.worker_id, acta.job.claimed_at, acta.job.concurrency_key, acta.job.awaited_signal, acta.job.pending_children
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.worker_id, acta.job.claimed_at, acta.job.concurrency_key, acta.job.awaited_signal, acta.job.pending_children
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lane_key = %(lane_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.status = %(status_2)s AND acta.job.awaited_signal IS NULL AND acta.job.pending_children = %(pending_children_1)s::INTEGER, acta.job.id
  LIMIT %(param_1)s::INTEGER;
@@ -1622,7 +1661,7 @@ WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.definit
 
 -- inspect.list_jobs: One page of jobs, newest first, filtered; keyset pagination: the next page
 --   starts below the last id shown (``before_id``), so a page costs the same however deep.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
@@ -1724,7 +1763,7 @@ WHERE acta.rate_meter.namespace = %(namespace_1)s::VARCHAR AND acta.rate_meter.k
 -- inspect.search_jobs: Jobs whose args text contains ``pattern`` (an ILIKE pattern, escaped by the
 --   caller), newest first, among ids in [floor_id, before_id): no index can answer a substring
 --   search, so each page reads a bounded slice of the primary key instead of the table.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT AND acta.job.id >= %(id_2)s::BIGINT AND CAST(acta.job.args AS TEXT) ILIKE %(param_1)s::VARCHAR ESCAPE '\' ORDER BY acta.job.id DESC
  LIMIT %(param_2)s::INTEGER;

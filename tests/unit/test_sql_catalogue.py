@@ -86,6 +86,7 @@ TEXT_HELPERS = {
     # fragments of the statements that write a schedule's fire
     "schedules.cancelled_unstarted",
     "schedules.revive_on_conflict",
+    "schedules.share_schedules",
     # the heartbeat's CTE that wakes timed-out waits (rendered inside the heartbeat)
     "waits.wake_timed_out",
 }
