@@ -10,7 +10,7 @@ every timestamp acta computes (now + 1.25 x the bound, the most a back-off's jit
 inside what both Python's ``datetime`` (years 1..9999) and PostgreSQL represent, for the
 next several thousand years; a value past it is refused where it is given, with an error
 naming the field, instead of a due time that crashes every reader (``OverflowError``) or
-fails the job for good. README "Jobs" points here; docs/reliability.md tells the story.
+fails the job for good. docs/jobs.md states the bound; docs/reliability.md tells the story.
 
 No import of SQLAlchemy or of the rest of acta: ``errors`` (``Retry``) imports it.
 """

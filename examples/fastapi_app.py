@@ -4,8 +4,8 @@ Run it (against ACTA_DATABASE_URL, or the embedded PostgreSQL when that is unset
 
     uvicorn examples.fastapi_app:app
     curl -s localhost:8000/signup -H 'content-type: application/json' \\
-         -d '{"email": "ada@example.com"}'                      # {"user_id": 1, "job_id": 1}
-    curl -s localhost:8000/jobs/1                              # ... "status": "succeeded" ...
+         -d '{"email": "ada@example.com"}'                    # {"user_id":1,"job_id":254}
+    curl -s localhost:8000/jobs/254      # the job_id it answered: ... "status":"succeeded" ...
 
 ``python examples/fastapi_app.py`` runs the same app in-process, with its lifespan, and
 makes those requests itself through httpx (``pip install httpx``), printing the answers.

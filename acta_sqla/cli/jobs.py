@@ -286,3 +286,11 @@ def demo(
         migrate.upgrade(url, "head", settings.db_schema)
         typer.echo(f"database: {where}")
         asyncio.run(run_demo(settings, url, users))
+    if not settings.database_url:
+        # Started on demand, the embedded server outlives the command (the next one is quick):
+        # say so, and how to stop it, rather than leave a PostgreSQL running unannounced.
+        folder = settings.data_dir.expanduser().resolve()
+        typer.echo(
+            f"the embedded PostgreSQL in {folder} keeps running for the next command; "
+            "stop it with `acta db stop`"
+        )

@@ -94,7 +94,7 @@ async def one_at_a_time(ctx: Context, key: str) -> None:
     await release.wait()
 
 
-@app.job(rate="1/h")
+@app.job(rate="1/5s")
 async def hourly(ctx: Context) -> None:
     return None
 
@@ -156,7 +156,8 @@ async def test_keyed_jobs_refused_at_admission_count_as_bounces_by_reason(
 ) -> None:
     slot = counted("acta.admission.bounces", reason="slot", namespace=NAMESPACE)
     rate = counted("acta.admission.bounces", reason="rate", namespace=NAMESPACE)
-    # Two jobs of one key with one slot, two of a kind allowed once an hour.
+    # Two jobs of one key with one slot, two of a kind allowed once in 5 s
+    # (a burst waits for bounced jobs, so the window is short).
     await app.enqueue_many(
         async_session,
         [one_at_a_time.job(key="k"), one_at_a_time.job(key="k"), hourly.job(), hourly.job()],
@@ -177,7 +178,7 @@ async def test_keyed_jobs_refused_at_admission_count_as_bounces_by_reason(
     )
 
     # Each bounced job is ready again later, its attempt given back (uncharged): the keyed
-    # one 2 s on, the rated one when the meter allows (an hour).
+    # one 2 s on, the rated one when the meter allows (5 s).
     async def both_bounced() -> bool:
         rows = await conn.fetch(
             "SELECT kind, attempts FROM acta.job WHERE status = 'ready' AND run_at > now()"

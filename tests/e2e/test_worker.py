@@ -175,6 +175,7 @@ def test_acta_demo_runs_the_whole_system(db) -> None:  # type: ignore[no-untyped
     assert "the rolled-back one: absent" in done.stdout
     assert "charge_card recovered after retries" in done.stdout
     assert "import_feed used up its budget" in done.stdout
+    assert "acta db stop" not in done.stdout  # a URL's server is not acta's to stop
 
 
 def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]

@@ -70,6 +70,7 @@ BAD_URL = {"ACTA_DATABASE_URL": "mysql://root@localhost/app"}
         ["db", "upgrade"],
         ["db", "downgrade"],
         ["db", "current"],
+        ["db", "url"],
         ["schedules", "ls"],
         ["definitions", "ls"],
     ],
