@@ -8,7 +8,7 @@ nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = [
+    "Count",
     "ExecutionRow",
     "FailureGroup",
     "JobDetail",
@@ -28,6 +29,7 @@ __all__ = [
     "Overview",
     "SearchPage",
     "WorkerRow",
+    "count_jobs",
     "estimate_jobs",
     "failed_ids",
     "failure_groups",
@@ -189,13 +191,32 @@ class Overview:
     active: dict[str, dict[JobStatus, int]]
     """Ready and executing jobs by kind, exact (read through the claim and lease indexes)."""
     estimated: dict[JobStatus, int]
-    """Every status's job count as the planner estimates it (exact would read every
-    finished row on each refresh)."""
+    """Every status's job count: exact up to ``EXACT_UP_TO``, the planner's estimate above
+    (``counts`` says which)."""
     last_hour: dict[str, dict[JobStatus, int]]
     """Jobs finished in the last hour by kind and outcome, exact."""
     workers: list[WorkerRow]
     in_flight: dict[int | None, int]
     """Executing jobs by worker id."""
+    counts: dict[JobStatus, Count] = field(default_factory=dict)
+    """``estimated`` with whether each is exact."""
+
+
+EXACT_UP_TO = 10_000
+"""Counts up to this many jobs are exact (a count that stops one row past it); above, the
+planner's estimate is shown, marked as one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A number of jobs, and whether it is exact or the planner's estimate (a count above
+    ``EXACT_UP_TO``, or of a table whose statistics say so)."""
+
+    value: int
+    exact: bool
+
+    def __str__(self) -> str:
+        return f"{self.value:,}" if self.exact else f"≈ {self.value:,}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,13 +274,38 @@ async def estimate_jobs(
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
+async def count_jobs(
+    session: AsyncSession,
+    namespace: str,
+    status: JobStatus | None = None,
+    kind: str | None = None,
+) -> Count:
+    """How many jobs match: exact up to ``EXACT_UP_TO`` (a count that stops one row past
+    it), the planner's estimate above. The estimate decides first: a table the planner
+    knows to hold millions of matching rows is not counted at all; a small or never
+    analysed one (estimated "1" with 48 failed) is counted."""
+    estimate = await estimate_jobs(session, namespace, status, kind)
+    if estimate > EXACT_UP_TO:
+        return Count(estimate, exact=False)
+    query = q.count_jobs_up_to(namespace, status, kind, EXACT_UP_TO + 1)
+    counted = int((await session.execute(query)).scalar_one())
+    if counted <= EXACT_UP_TO:
+        return Count(counted, exact=True)
+    return Count(max(estimate, counted), exact=False)
+
+
 async def overview(session: AsyncSession, namespace: str) -> Overview:
-    """The overview page: backlog exact, history estimated, the last hour exact."""
+    """The overview page: backlog exact, history exact up to ``EXACT_UP_TO`` and estimated
+    above, the last hour exact."""
     active = _by_kind((await session.execute(q.active_depth(namespace))).all())
-    estimated = {s: await estimate_jobs(session, namespace, s) for s in JobStatus}
-    for status in (JobStatus.READY, JobStatus.EXECUTING):
-        # Exact where it is cheap: the planner's guess for a small backlog can be far off.
-        estimated[status] = sum(c.get(status, 0) for c in active.values())
+    counts: dict[JobStatus, Count] = {}
+    for status in JobStatus:
+        if status in (JobStatus.READY, JobStatus.EXECUTING):
+            # Exact from the claim and lease indexes, however many.
+            counts[status] = Count(sum(c.get(status, 0) for c in active.values()), True)
+        else:
+            counts[status] = await count_jobs(session, namespace, status)
+    estimated = {s: c.value for s, c in counts.items()}
     last_hour = _by_kind((await session.execute(q.finished_since(namespace, 3600.0))).all())
     flying = {w: int(c) for w, c in (await session.execute(q.in_flight(namespace))).all()}
     return Overview(
@@ -268,6 +314,7 @@ async def overview(session: AsyncSession, namespace: str) -> Overview:
         last_hour=last_hour,
         workers=await workers(session, namespace),
         in_flight=flying,
+        counts=counts,
     )
 
 

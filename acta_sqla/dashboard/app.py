@@ -868,14 +868,15 @@ async def jobs(ctx: Ctx, session: AsyncSession) -> Response:
             limit=PAGE_SIZE,
         )
         rows, next_before, searched_to = listed.jobs, listed.next_before_id, None
-    counts = {s: await inspect.estimate_jobs(session, ns, s, f["kind"]) for s in JobStatus}
+    counts = {s: await inspect.count_jobs(session, ns, s, f["kind"]) for s in JobStatus}
     keep = {"status": f["status"], "kind": f["kind"], "q": f["text"]}
     return ctx.render(
         "jobs.html",
         jobs=rows,
         filters=f,
         counts=counts,
-        total=await inspect.estimate_jobs(session, ns, f["status"], f["kind"]),
+        total=await inspect.count_jobs(session, ns, f["status"], f["kind"]),
+        exact_up_to=inspect.EXACT_UP_TO,
         next_url=ctx.url("jobs", query={**keep, "before": next_before}) if next_before else None,
         first_url=ctx.url("jobs", query=keep) if f["before"] else None,
         status_url=lambda s: ctx.url("jobs", query={**keep, "status": s, "before": None}),
@@ -1068,10 +1069,11 @@ async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:
         raise BadInput(f"unknown action {op!r}: retry, cancel or delete")
     what = f"{status.value if status else 'active'} jobs" + (f" of kind {kind!r}" if kind else "")
     if not _confirmed(ctx):
-        about = await inspect.estimate_jobs(session, ctx.namespace, status, kind)
+        count = await inspect.count_jobs(session, ctx.namespace, status, kind)
+        how_many = f"{count.value:,}" if count.exact else f"about {count.value:,}, estimated"
         question = (
             f"{op.capitalize()} the {what} in namespace {ctx.namespace!r} "
-            f"(about {about:,}; at most {BATCH:,} per click)?"
+            f"({how_many}; at most {BATCH:,} per click)?"
         )
         return _confirm(ctx, question, f"{op.capitalize()} them", back)
     more: dict[str, Any] | None = None

@@ -1475,6 +1475,15 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_2)s GROUP BY acta.job.kind, acta.job.status;
 
+-- inspect.count_jobs_up_to: How many jobs match a filter, counting no further than ``limit``: exact
+--   for a small set (read from an index where one serves the filter), never a scan of a big one
+--   (the count stops at ``limit``; the caller then takes the planner's estimate).
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
 -- inspect.delete_finished_jobs: An operator's delete: the given jobs, if finished (an active job is
 --   never deleted under its worker); RETURNING the ids deleted.
 DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;

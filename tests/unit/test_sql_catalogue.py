@@ -130,6 +130,9 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "inspect.rate_meter": lambda: inspect_q.rate_meter("default", "k"),
     "inspect.list_schedule_rows": lambda: inspect_q.list_schedule_rows("default"),
     "inspect.estimate_jobs": lambda: inspect_q.estimate_jobs("default", JobStatus.FAILED, "k"),
+    "inspect.count_jobs_up_to": lambda: inspect_q.count_jobs_up_to(
+        "default", JobStatus.FAILED, "k", 10001
+    ),
     "inspect.active_depth": lambda: inspect_q.active_depth("default"),
     "inspect.finished_since": lambda: inspect_q.finished_since("default", 3600.0),
     "inspect.newest_job_id": inspect_q.newest_job_id,

@@ -1,0 +1,75 @@
+"""The operator's views of issue 32: exact counts on small tables, charts over time, a
+kind's live rate and latency, editing a kind's limits, Scheduled and Retrying, failures
+by kind and error type, who cancelled a job and why, the budget's size, the favicon."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from acta_sqla import JobStatus
+
+from .conftest import NS, csrf_of
+
+AddJob = Callable[..., Any]
+
+
+async def _post(client: httpx.AsyncClient, page: str, action: str, **data: str) -> httpx.Response:
+    token = csrf_of((await client.get(page)).text)
+    return await client.post(action, data={"csrf": token, **data})
+
+
+async def test_counts_on_a_small_never_analysed_table_are_exact_and_unmarked(
+    client: httpx.AsyncClient, add_job: AddJob
+) -> None:
+    """48 failed jobs in a table the planner has no statistics for: it estimated 1 and the
+    overview said "failed ≈ 1", the jobs page "About 1 jobs match"."""
+    for _ in range(48):
+        await add_job("charge", JobStatus.FAILED)
+    await add_job("charge", JobStatus.SUCCEEDED)
+
+    overview = (await client.get("/")).text
+    card = re.search(
+        r"status-failed\">failed</span></span>\s*<span class=\"count\">([^<]+)<", overview
+    )
+    assert card and card.group(1) == "48", overview
+    assert '<span class="count">≈' not in overview
+
+    jobs = (await client.get("/jobs", params={"status": "failed"})).text
+    assert "48 jobs match." in jobs
+    assert "About" not in jobs and "≈" not in jobs
+    tab = re.search(r'status=succeeded"[^>]*>succeeded <span class="count">([^<]+)<', jobs)
+    assert tab and tab.group(1) == "1"
+
+    confirm = await _post(
+        client, "/jobs?status=failed", "/jobs/bulk", op="retry", status="failed", kind=""
+    )
+    assert "(48; at most 1,000 per click)" in confirm.text
+
+
+async def test_counts_above_ten_thousand_are_the_planners_estimate_marked_as_one(
+    client: httpx.AsyncClient, async_session: AsyncSession
+) -> None:
+    await async_session.execute(
+        text(
+            "INSERT INTO acta.job (namespace, kind, status, finished_at) "
+            "SELECT :ns, 'bulk', 'succeeded', now() FROM generate_series(1, 10050)"
+        ),
+        {"ns": NS},
+    )
+    await async_session.commit()
+    await async_session.execute(text("ANALYZE acta.job"))
+    await async_session.commit()
+
+    overview = (await client.get("/")).text
+    card = re.search(
+        r"status-succeeded\">succeeded</span></span>\s*<span class=\"count\">([^<]+)<", overview
+    )
+    assert card and card.group(1).startswith("≈ "), overview
+    jobs = (await client.get("/jobs", params={"status": "succeeded"})).text
+    assert "About " in jobs and "the planner's estimate" in jobs
