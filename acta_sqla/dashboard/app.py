@@ -795,10 +795,24 @@ def _routes(config: Config) -> list[Any]:
         post("/schedules/{name:acta_name}/{op:str}", schedule_action, "schedule_action"),
         get("/definitions", definitions, "definitions"),
         post("/definitions/{kind:acta_name}/{op:str}", definition_action, "definition_action"),
+        Route("/favicon.ico", _favicon, methods=["GET"], name="favicon"),
         Route("/login", _login(config), methods=["GET", "POST"], name="login"),
         Route("/logout", _logout(config), methods=["POST"], name="logout"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
+
+
+FAVICON = HERE / "static" / "favicon.svg"
+
+
+async def _favicon(request: Request) -> Response:
+    """The icon at the path a browser asks for when a page names none (each page names
+    ``static/favicon.svg``; this answers ``/favicon.ico``, which was a 404 on every page)."""
+    return Response(
+        FAVICON.read_bytes(),
+        media_type="image/svg+xml",
+        headers={**SECURITY_HEADERS, "Cache-Control": "public, max-age=86400"},
+    )
 
 
 def _bad_input(endpoint: Callable[[Request], Awaitable[Response]]) -> Any:

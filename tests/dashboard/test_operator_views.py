@@ -73,3 +73,14 @@ async def test_counts_above_ten_thousand_are_the_planners_estimate_marked_as_one
     assert card and card.group(1).startswith("≈ "), overview
     jobs = (await client.get("/jobs", params={"status": "succeeded"})).text
     assert "About " in jobs and "the planner's estimate" in jobs
+
+
+async def test_every_page_names_a_favicon_that_is_served(client: httpx.AsyncClient) -> None:
+    page = (await client.get("/jobs")).text
+    icon = re.search(r'<link rel="icon" type="image/svg\+xml" href="([^"]+)">', page)
+    assert icon and icon.group(1) == "/static/favicon.svg"
+    for path in (icon.group(1), "/favicon.ico"):
+        answer = await client.get(path)
+        assert answer.status_code == 200, path
+        assert answer.headers["content-type"].startswith("image/svg+xml")
+        assert answer.content.startswith(b"<svg")
