@@ -433,6 +433,27 @@ async def definitions(session: AsyncSession, namespace: str) -> list[DefinitionR
     return out
 
 
+async def attempt_budgets(session: AsyncSession, namespace: str) -> dict[str, int]:
+    """Each stored kind's failure budget now (its effective ``max_attempts``): the size of
+    the budget of a job that set none of its own."""
+    from .policy import DEFAULT_MAX_ATTEMPTS
+
+    return {
+        d.kind: int(d.effective.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
+        for d in await definitions(session, namespace)
+    }
+
+
+def budget_of(job: JobRow, budgets: dict[str, int]) -> int:
+    """A job's failure budget: its own ``max_attempts``, else its kind's (as the worker
+    reads it), else the default of a kind no worker has stored yet."""
+    from .policy import DEFAULT_MAX_ATTEMPTS
+
+    if job.max_attempts is not None:
+        return job.max_attempts
+    return budgets.get(job.kind, DEFAULT_MAX_ATTEMPTS)
+
+
 async def namespace_summaries(
     session: AsyncSession, limit: int = 200
 ) -> list[tuple[str, dict[JobStatus, int], int]]:

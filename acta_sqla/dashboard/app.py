@@ -884,9 +884,11 @@ async def jobs(ctx: Ctx, session: AsyncSession) -> Response:
         rows, next_before, searched_to = listed.jobs, listed.next_before_id, None
     counts = {s: await inspect.count_jobs(session, ns, s, f["kind"]) for s in JobStatus}
     keep = {"status": f["status"], "kind": f["kind"], "q": f["text"]}
+    budgets = await inspect.attempt_budgets(session, ns)
     return ctx.render(
         "jobs.html",
         jobs=rows,
+        budget_of=lambda j: inspect.budget_of(j, budgets),
         filters=f,
         counts=counts,
         total=await inspect.count_jobs(session, ns, f["status"], f["kind"]),
@@ -912,9 +914,11 @@ async def job(ctx: Ctx, session: AsyncSession) -> Response:
     traceback = None
     if detail.status == JobStatus.FAILED or detail.last_error:
         traceback = await inspect.last_traceback(session, job_id)
+    budgets = await inspect.attempt_budgets(session, detail.namespace)
     return ctx.render(
         "job.html",
         job=detail,
+        budget=inspect.budget_of(detail, budgets),
         traceback=traceback,
         finished=detail.status in TERMINAL_STATUSES,
         live=detail.status not in TERMINAL_STATUSES,

@@ -13,10 +13,20 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from acta_sqla import JobStatus
+from acta_sqla.models import Definition, Namespace
 
 from .conftest import NS, csrf_of
 
 AddJob = Callable[..., Any]
+
+
+async def _kind(session: AsyncSession, kind: str, declared: dict[str, Any], **over: Any) -> None:
+    """A kind stored as a worker stores it (its namespace first)."""
+    if await session.get(Namespace, NS) is None:
+        session.add(Namespace(name=NS))
+        await session.commit()
+    session.add(Definition(namespace=NS, kind=kind, declared=declared, overrides=over))
+    await session.commit()
 
 
 async def _post(client: httpx.AsyncClient, page: str, action: str, **data: str) -> httpx.Response:
@@ -84,3 +94,20 @@ async def test_every_page_names_a_favicon_that_is_served(client: httpx.AsyncClie
         assert answer.status_code == 200, path
         assert answer.headers["content-type"].startswith("image/svg+xml")
         assert answer.content.startswith(b"<svg")
+
+
+async def test_attempts_name_the_budgets_size(
+    client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
+) -> None:
+    """ "attempts 2 of the kind's budget" said nothing of its size: 2 of 5, from the kind's
+    effective max_attempts (an override wins), the job's own when it set one."""
+    await _kind(async_session, "charge", {"max_attempts": 20}, max_attempts=5)
+    kinds = await add_job("charge", attempts=2)
+    own = await add_job("charge", attempts=1, max_attempts=3)
+    unknown = await add_job("never_stored", attempts=1)
+
+    assert re.search(r"<dt>attempts</dt><dd>2 of 5 ", (await client.get(f"/jobs/{kinds}")).text)
+    assert "<dt>attempts</dt><dd>1 of 3</dd>" in (await client.get(f"/jobs/{own}")).text
+    assert "<dd>1 of 20 " in (await client.get(f"/jobs/{unknown}")).text
+    listing = (await client.get("/jobs")).text
+    assert '<td class="num">2/5</td>' in listing and '<td class="num">1/3</td>' in listing
