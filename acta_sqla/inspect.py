@@ -200,6 +200,10 @@ class Overview:
     """Executing jobs by worker id."""
     counts: dict[JobStatus, Count] = field(default_factory=dict)
     """``estimated`` with whether each is exact."""
+    scheduled: Count | None = None
+    """Ready jobs scheduled for later (none charged yet)."""
+    retrying: Count | None = None
+    """Ready jobs waiting out a retry's back-off."""
 
 
 EXACT_UP_TO = 10_000
@@ -294,6 +298,58 @@ async def count_jobs(
     return Count(max(estimate, counted), exact=False)
 
 
+async def _plan_rows(session: AsyncSession, explain: Any) -> int:
+    plan = (await session.execute(explain)).scalar_one()
+    if isinstance(plan, str):  # a driver that does not decode json
+        import json
+
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+@dataclass(frozen=True, slots=True)
+class DueRow(JobRow):
+    last_error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class DuePage:
+    """A page of the Scheduled or Retrying view, soonest first."""
+
+    jobs: tuple[DueRow, ...]
+    next_after: tuple[datetime, int] | None
+    """(run_at, id) to continue after; None on the last page."""
+    total: Count
+
+
+async def due_later(
+    session: AsyncSession,
+    namespace: str,
+    *,
+    retrying: bool,
+    after: tuple[datetime, int] | None = None,
+    limit: int = 50,
+) -> DuePage:
+    """Ready jobs due later, soonest first: retries waiting out their back-off
+    (``retrying``: attempts charged) or jobs scheduled for later (none charged)."""
+    rows = (await session.execute(q.due_later(namespace, retrying, after, limit + 1))).all()
+    jobs = tuple(_make(DueRow, r) for r in rows[:limit])
+    more = len(rows) > limit
+    last = (jobs[-1].run_at, jobs[-1].id) if more and jobs else None
+    total = await count_due_later(session, namespace, retrying=retrying)
+    return DuePage(jobs=jobs, next_after=last, total=total)
+
+
+async def count_due_later(session: AsyncSession, namespace: str, *, retrying: bool) -> Count:
+    """How many jobs the Scheduled (or Retrying) view holds, as :func:`count_jobs` counts."""
+    estimate = await _plan_rows(session, q.estimate_due_later(namespace, retrying))
+    if estimate > EXACT_UP_TO:
+        return Count(estimate, exact=False)
+    query = q.count_due_later(namespace, retrying, EXACT_UP_TO + 1)
+    counted = int((await session.execute(query)).scalar_one())
+    return Count(counted, True) if counted <= EXACT_UP_TO else Count(counted, False)
+
+
 async def overview(session: AsyncSession, namespace: str) -> Overview:
     """The overview page: backlog exact, history exact up to ``EXACT_UP_TO`` and estimated
     above, the last hour exact."""
@@ -315,6 +371,8 @@ async def overview(session: AsyncSession, namespace: str) -> Overview:
         workers=await workers(session, namespace),
         in_flight=flying,
         counts=counts,
+        scheduled=await count_due_later(session, namespace, retrying=False),
+        retrying=await count_due_later(session, namespace, retrying=True),
     )
 
 

@@ -783,6 +783,8 @@ def _routes(config: Config) -> list[Any]:
         post("/jobs/bulk", jobs_bulk, "jobs_bulk"),
         get("/jobs/{job_id:acta_id}", job, "job"),
         post("/jobs/{job_id:acta_id}/{op:str}", job_action, "job_action"),
+        get("/scheduled", scheduled, "scheduled"),
+        get("/retrying", retrying, "retrying"),
         get("/failures", failures, "failures"),
         post("/failures/{op:str}", failures_action, "failures_action"),
         get("/workers", workers, "workers"),
@@ -922,6 +924,54 @@ async def job(ctx: Ctx, session: AsyncSession) -> Response:
         traceback=traceback,
         finished=detail.status in TERMINAL_STATUSES,
         live=detail.status not in TERMINAL_STATUSES,
+    )
+
+
+async def scheduled(ctx: Ctx, session: AsyncSession) -> Response:
+    return await _due_later(ctx, session, retrying=False)
+
+
+async def retrying(ctx: Ctx, session: AsyncSession) -> Response:
+    return await _due_later(ctx, session, retrying=True)
+
+
+def _after(ctx: Ctx) -> tuple[datetime, int] | None:
+    """The keyset of a Scheduled or Retrying page: ``after_at`` (ISO time) and
+    ``after_id``, both or neither."""
+    query = ctx.request.query_params
+    at, after_id = query.get("after_at"), _int(query.get("after_id"), "after_id")
+    if not at and after_id is None:
+        return None
+    if not at or after_id is None:
+        raise BadInput("after_at and after_id go together: give both or neither")
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        raise BadInput(f"after_at must be an ISO 8601 time, got {at[:40]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when, after_id
+
+
+async def _due_later(ctx: Ctx, session: AsyncSession, *, retrying: bool) -> Response:
+    after = _after(ctx)
+    name = "retrying" if retrying else "scheduled"
+    due = await inspect.due_later(
+        session, ctx.namespace, retrying=retrying, after=after, limit=PAGE_SIZE
+    )
+    budgets = await inspect.attempt_budgets(session, ctx.namespace)
+    next_url = None
+    if due.next_after is not None:
+        at, last_id = due.next_after
+        next_url = ctx.url(name, query={"after_at": at.isoformat(), "after_id": last_id})
+    return ctx.render(
+        "due.html",
+        retrying=retrying,
+        due=due,
+        budget_of=lambda j: inspect.budget_of(j, budgets),
+        next_url=next_url,
+        first_url=ctx.url(name) if after else None,
+        live=True,
     )
 
 

@@ -6,7 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Delete, Executable, Select, Text, cast, delete, func, select, true, union_all
+from sqlalchemy import (
+    Delete,
+    Executable,
+    Select,
+    Text,
+    cast,
+    delete,
+    func,
+    select,
+    true,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement
@@ -193,6 +205,39 @@ def count_jobs_up_to(
     small set (read from an index where one serves the filter), never a scan of a big
     one (the count stops at ``limit``; the caller then takes the planner's estimate)."""
     matching = _job_filter(select(Job.id), namespace, status, kind).limit(limit).subquery()
+    return select(func.count()).select_from(matching)
+
+
+def _due_later(namespace: str, retrying: bool) -> Any:
+    """Ready jobs due later: retries waiting out their back-off (charged an attempt), or
+    jobs scheduled for later (none charged yet). By ``job_due_idx`` (ready, by run_at)."""
+    return (
+        Job.namespace == namespace,
+        Job.status == JobStatus.READY,
+        Job.run_at > func.now(),
+        Job.attempts > 0 if retrying else Job.attempts == 0,
+    )
+
+
+def due_later(
+    namespace: str, retrying: bool, after: tuple[Any, int] | None, limit: int
+) -> Select[tuple[object, ...]]:
+    """The Scheduled (``retrying`` False) or Retrying view: ready jobs due later, soonest
+    first, keyset-paged on (run_at, id) after ``after``; with the last error (a retry's)."""
+    query = select(*JOB_COLUMNS, Job.last_error).where(*_due_later(namespace, retrying))
+    if after is not None:
+        query = query.where(tuple_(Job.run_at, Job.id) > tuple_(*after))
+    return query.order_by(Job.run_at, Job.id).limit(limit)
+
+
+def estimate_due_later(namespace: str, retrying: bool) -> Explain:
+    """The planner's estimate of the Scheduled or Retrying view's size."""
+    return Explain(select(Job.id).where(*_due_later(namespace, retrying)))
+
+
+def count_due_later(namespace: str, retrying: bool, limit: int) -> Select[tuple[int]]:
+    """The Scheduled or Retrying view's size, counting no further than ``limit``."""
+    matching = select(Job.id).where(*_due_later(namespace, retrying)).limit(limit).subquery()
     return select(func.count()).select_from(matching)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -111,3 +112,50 @@ async def test_attempts_name_the_budgets_size(
     assert "<dd>1 of 20 " in (await client.get(f"/jobs/{unknown}")).text
     listing = (await client.get("/jobs")).text
     assert '<td class="num">2/5</td>' in listing and '<td class="num">1/3</td>' in listing
+
+
+async def test_scheduled_and_retrying_are_separate_views(
+    client: httpx.AsyncClient, add_job: AddJob
+) -> None:
+    later = timedelta(hours=1)
+    now = datetime.now(UTC)
+    planned = await add_job("report", run_at=now + later)
+    sooner = await add_job("report", run_at=now + timedelta(minutes=5))
+    backing_off = await add_job(
+        "charge",
+        run_at=now + timedelta(minutes=2),
+        attempts=2,
+        last_error={"type": "CardDeclined", "message": "card declined"},
+    )
+    due_now = await add_job("charge", attempts=1)  # a retry already due: plain ready
+    await add_job("report", JobStatus.WAITING, run_at=now + later)  # a wait, not scheduled
+
+    page = (await client.get("/scheduled")).text
+    assert _ids(page) == [sooner, planned]
+    assert "not retries" in page
+    retry_page = (await client.get("/retrying")).text
+    assert _ids(retry_page) == [backing_off]
+    assert "CardDeclined</strong>: card declined" in retry_page
+    assert due_now not in _ids(page) + _ids(retry_page)
+    overview = (await client.get("/")).text
+    assert ">2 scheduled for later</a>" in overview and ">1 retrying</a>" in overview
+
+
+async def test_scheduled_pages_by_run_at_and_refuses_a_bad_keyset(
+    client: httpx.AsyncClient, add_job: AddJob
+) -> None:
+    now = datetime.now(UTC)
+    ids = [await add_job("report", run_at=now + timedelta(minutes=60 - i)) for i in range(55)]
+    first = (await client.get("/scheduled")).text
+    assert _ids(first) == ids[::-1][:50]
+    more = re.search(r'href="([^"]+)" rel="next"', first)
+    assert more
+    second = (await client.get(more.group(1).replace("&amp;", "&"))).text
+    assert _ids(second) == ids[::-1][50:]
+    for bad in ({"after_at": "yesterday", "after_id": "3"}, {"after_id": "3"}):
+        answer = await client.get("/scheduled", params=bad)
+        assert answer.status_code == 400 and "after_" in answer.text
+
+
+def _ids(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r">#(\d+)</a></td>", html)]

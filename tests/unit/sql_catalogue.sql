@@ -1475,6 +1475,14 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_2)s GROUP BY acta.job.kind, acta.job.status;
 
+-- inspect.count_due_later: The Scheduled or Retrying view's size, counting no further than
+--   ``limit``.
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
 -- inspect.count_jobs_up_to: How many jobs match a filter, counting no further than ``limit``: exact
 --   for a small set (read from an index where one serves the filter), never a scan of a big one
 --   (the count stops at ``limit``; the caller then takes the planner's estimate).
@@ -1491,6 +1499,18 @@ DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.st
 -- inspect.delete_history: The recorded attempts of deleted jobs (as retention deletes them with
 --   their job).
 DELETE FROM acta.execution WHERE acta.execution.job_id IN (__[POSTCOMPILE_job_id_1]);
+
+-- inspect.due_later: The Scheduled (``retrying`` False) or Retrying view: ready jobs due later,
+--   soonest first, keyset-paged on (run_at, id) after ``after``; with the last error (a retry's).
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.last_error
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER ORDER BY acta.job.run_at, acta.job.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.estimate_due_later: The planner's estimate of the Scheduled or Retrying view's size.
+EXPLAIN (FORMAT JSON) SELECT acta.job.id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts = %(attempts_1)s::INTEGER;
 
 -- inspect.estimate_jobs: The planner's estimate of how many jobs match a filter (a listing's count:
 --   exact would scan every matching row, a million for "succeeded").
