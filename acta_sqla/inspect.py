@@ -236,6 +236,7 @@ class SearchPage:
 
 @dataclass(frozen=True, slots=True)
 class FailureGroup:
+    kind: str
     error_type: str
     """The exception's type name; "" when the failure recorded none."""
     count: int
@@ -425,8 +426,8 @@ async def search_jobs(
 async def failure_groups(
     session: AsyncSession, namespace: str, seconds: float = 86_400.0, limit: int = 100
 ) -> list[FailureGroup]:
-    """Failed jobs of the last ``seconds`` grouped by error type, biggest group first,
-    each with its newest job as the sample."""
+    """Failed jobs of the last ``seconds`` grouped by kind and error type, biggest group
+    first, each with its newest job as the sample."""
     rows = (await session.execute(q.failure_groups(namespace, seconds, limit))).all()
     samples: dict[int, Any] = {}
     if rows:
@@ -434,6 +435,7 @@ async def failure_groups(
         samples = dict((await session.execute(q.last_errors(ids))).all())
     return [
         FailureGroup(
+            kind=r.kind,
             error_type=r.error_type,
             count=int(r.count),
             first_seen=r.first_seen,
@@ -446,10 +448,16 @@ async def failure_groups(
 
 
 async def failed_ids(
-    session: AsyncSession, namespace: str, error_type: str, seconds: float, limit: int
+    session: AsyncSession,
+    namespace: str,
+    error_type: str,
+    seconds: float,
+    limit: int,
+    kind: str | None = None,
 ) -> list[int]:
-    """The ids of one failure group (as ``failure_groups`` counts it), at most ``limit``."""
-    query = q.failed_ids(namespace, error_type, seconds, limit)
+    """The ids of one failure group (as ``failure_groups`` counts it: of ``kind``, None
+    for every kind's failures of that error type), at most ``limit``."""
+    query = q.failed_ids(namespace, error_type, seconds, limit, kind)
     return [int(i) for i in (await session.execute(query)).scalars()]
 
 

@@ -1263,6 +1263,7 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
     op = ctx.request.path_params["op"]
     window = form.get("window") or "24h"
     error_type = form.get("error_type")
+    kind = form.get("kind") or None
     if window not in WINDOWS:
         raise BadInput(f"window must be one of {', '.join(WINDOWS)}; got {window!r}")
     if not isinstance(error_type, str):
@@ -1270,7 +1271,7 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
     if op not in ("retry", "discard"):
         raise BadInput(f"unknown action {op!r}: retry or discard")
     back = ctx.url("failures", query={"window": window})
-    label = error_type or "(no error type)"
+    label = (error_type or "(no error type)") + (f" of kind {kind!r}" if kind else "")
     if not _confirmed(ctx):
         verb = "Retry" if op == "retry" else "Discard (delete)"
         question = (
@@ -1280,14 +1281,18 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
         return _confirm(ctx, question, verb, back)
     if op == "retry":
         # Past the held ones (see _retry_scan): the group's newest SCAN ids, fetched once.
-        group = await inspect.failed_ids(session, ctx.namespace, error_type, WINDOWS[window], SCAN)
+        group = await inspect.failed_ids(
+            session, ctx.namespace, error_type, WINDOWS[window], SCAN, kind
+        )
 
         async def older(before: int | None) -> list[int]:
             return group if before is None else []
 
         done, held, _, _ = await _retry_scan(session, older)
     else:
-        ids = await inspect.failed_ids(session, ctx.namespace, error_type, WINDOWS[window], BATCH)
+        ids = await inspect.failed_ids(
+            session, ctx.namespace, error_type, WINDOWS[window], BATCH, kind
+        )
         done, held = await _apply(session, "delete", ids)
     _log(
         "INFO",

@@ -307,11 +307,14 @@ def search_jobs(
 
 
 def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[object, ...]]:
-    """Failed jobs of the last ``seconds`` grouped by error type: count, first and last
-    seen, the newest one's id (the sample); through the finished index's time range."""
+    """Failed jobs of the last ``seconds`` grouped by kind and error type (one group for
+    "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
+    first and last seen, the newest one's id (the sample); through the finished index's
+    time range."""
     error_type = func.coalesce(Job.last_error["type"].astext, "")
     return (
         select(
+            Job.kind.label("kind"),
             error_type.label("error_type"),
             func.count().label("count"),
             func.min(Job.finished_at).label("first_seen"),
@@ -323,26 +326,27 @@ def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[o
             Job.status == JobStatus.FAILED,
             Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
         )
-        .group_by(error_type)
-        .order_by(func.count().desc(), error_type)
+        .group_by(Job.kind, error_type)
+        .order_by(func.count().desc(), Job.kind, error_type)
         .limit(limit)
     )
 
 
-def failed_ids(namespace: str, error_type: str, seconds: float, limit: int) -> Select[tuple[int]]:
+def failed_ids(
+    namespace: str, error_type: str, seconds: float, limit: int, kind: str | None = None
+) -> Select[tuple[int]]:
     """Ids of one failure group (failed in the last ``seconds`` with this error type; ""
-    for no recorded type), newest first, at most ``limit`` (a group action's batch)."""
-    return (
-        select(Job.id)
-        .where(
-            Job.namespace == namespace,
-            Job.status == JobStatus.FAILED,
-            Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
-            func.coalesce(Job.last_error["type"].astext, "") == error_type,
-        )
-        .order_by(Job.id.desc())
-        .limit(limit)
+    for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
+    (a group action's batch)."""
+    query = select(Job.id).where(
+        Job.namespace == namespace,
+        Job.status == JobStatus.FAILED,
+        Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+        func.coalesce(Job.last_error["type"].astext, "") == error_type,
     )
+    if kind is not None:
+        query = query.where(Job.kind == kind)
+    return query.order_by(Job.id.desc()).limit(limit)
 
 
 def last_errors(job_ids: list[int]) -> Select[tuple[int, Any]]:

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from acta_sqla import JobStatus
 from acta_sqla.models import Definition, Namespace
 
-from .conftest import NS, csrf_of
+from .conftest import NS, csrf_of, status_of
 
 AddJob = Callable[..., Any]
 
@@ -159,3 +159,41 @@ async def test_scheduled_pages_by_run_at_and_refuses_a_bad_keyset(
 
 def _ids(html: str) -> list[int]:
     return [int(i) for i in re.findall(r">#(\d+)</a></td>", html)]
+
+
+async def test_failures_are_grouped_by_kind_and_error_type_each_with_a_sample(
+    client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
+) -> None:
+    """One "Fail" group mixed "card declined" (charge) with "child 2 broke" (report)."""
+    declined = [
+        await add_job(
+            "charge", JobStatus.FAILED, last_error={"type": "Fail", "message": "card declined"}
+        )
+        for _ in range(3)
+    ]
+    broke = await add_job(
+        "report", JobStatus.FAILED, last_error={"type": "Fail", "message": "child 2 broke"}
+    )
+    html = (await client.get("/failures")).text
+    rows = re.findall(
+        r'kind=(\w+)&amp;status=failed">\w+</a></td>\s*<td><strong>(\w+)</strong></td>\s*'
+        r'<td class="num">(\d+)</td>',
+        html,
+    )
+    assert rows == [("charge", "Fail", "3"), ("report", "Fail", "1")]
+    assert f"#{max(declined)}</a> card declined" in html
+    assert f"#{broke}</a> child 2 broke" in html
+
+    done = await _post(
+        client,
+        "/failures",
+        "/failures/retry",
+        error_type="Fail",
+        kind="report",
+        window="24h",
+        confirmed="1",
+    )
+    assert "Retry: 1 jobs that failed with Fail of kind &#39;report&#39;." in done.text
+    assert await status_of(async_session, broke) == JobStatus.READY
+    for job_id in declined:  # the other kind's group is left alone
+        assert await status_of(async_session, job_id) == JobStatus.FAILED

@@ -143,7 +143,7 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
         "default", JobStatus.FAILED, "k", "%text%", 1000, 500, 51
     ),
     "inspect.failure_groups": lambda: inspect_q.failure_groups("default", 86400.0, 100),
-    "inspect.failed_ids": lambda: inspect_q.failed_ids("default", "ValueError", 86400.0, 1000),
+    "inspect.failed_ids": lambda: inspect_q.failed_ids("default", "ValueError", 86400.0, 1000, "k"),
     "inspect.last_errors": lambda: inspect_q.last_errors([1, 2]),
     "inspect.last_traceback": lambda: inspect_q.last_traceback(1),
     "inspect.in_flight": lambda: inspect_q.in_flight("default"),
