@@ -12,11 +12,14 @@ if TYPE_CHECKING:
     from ..session import CancelOutcome
 
 
-async def cancel(session: AsyncSession, job_id: int) -> CancelOutcome:
-    """As ``Acta.cancel``: "cancelled", "requested", "finished" or "missing"."""
+async def cancel(
+    session: AsyncSession, job_id: int, *, by: str = "dashboard", reason: str | None = None
+) -> CancelOutcome:
+    """As ``Acta.cancel``: "cancelled", "requested", "finished" or "missing"; ``by`` and
+    ``reason`` are stored with the job."""
     from ..session import cancel as _cancel
 
-    return await session.run_sync(lambda s: _cancel(s, job_id))
+    return await session.run_sync(lambda s: _cancel(s, job_id, reason=reason, by=by))
 
 
 async def retry(session: AsyncSession, job_id: int) -> bool:

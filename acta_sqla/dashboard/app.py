@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import inspect
 from ..errors import ActaError, DatabaseUnavailable, StoreUnavailable, UniqueKeyHeld
+from ..session import MAX_CANCEL_BY
 from ..status import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from . import actions
 from .security import (
@@ -249,6 +250,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["when"] = _when
+    env.filters["when_text"] = _when_text
     env.filters["pretty"] = _pretty
     env.filters["num"] = lambda n: f"{n:,}"
     return env
@@ -262,6 +264,14 @@ def _when(value: datetime | None) -> Markup:
     return Markup('<time datetime="{}" title="{}">{}</time>').format(
         value.isoformat(), absolute, _relative(value)
     )
+
+
+def _when_text(value: Any) -> Markup | str:
+    """A time stored as ISO text in a JSON field (a cancel's ``at``), as :func:`_when`."""
+    try:
+        return _when(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value)
 
 
 def _relative(value: datetime) -> str:
@@ -1049,6 +1059,29 @@ async def definitions(ctx: Ctx, session: AsyncSession) -> Response:
 # ---------------------------------------------------------------------------- actions
 
 
+def _who(ctx: Ctx) -> str:
+    """Who acts, as a cancel records it: the user the host application authenticated
+    (Starlette's ``request.user``, when a mounted dashboard sits behind its
+    AuthenticationMiddleware), else "dashboard"."""
+    user = ctx.request.scope.get("user")  # "alice (dashboard)"
+    name = getattr(user, "display_name", "") if getattr(user, "is_authenticated", False) else ""
+    if isinstance(name, str) and name.strip() and "\x00" not in name:
+        return name.strip()[: MAX_CANCEL_BY - len(" (dashboard)")] + " (dashboard)"
+    return "dashboard"
+
+
+def _reason(ctx: Ctx) -> str | None:
+    """A cancel form's reason, checked as ``acta.cancel`` checks it (a 400 naming the
+    field, before the database)."""
+    from ..session import MAX_CANCEL_REASON, cancel_note
+
+    value = ctx.form.get("reason")  # type: ignore[attr-defined]
+    try:
+        return cancel_note("reason", value, MAX_CANCEL_REASON)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
 def _confirmed(ctx: Ctx) -> bool:
     return ctx.form.get("confirmed") == "1"  # type: ignore[attr-defined]
 
@@ -1085,7 +1118,7 @@ async def job_action(ctx: Ctx, session: AsyncSession) -> Response:
     if op == "retry":
         code = "retried" if await actions.retry(session, job_id) else "not-retried"
     elif op == "cancel":
-        code = await actions.cancel(session, job_id)
+        code = await actions.cancel(session, job_id, by=_who(ctx), reason=_reason(ctx))
     else:
         code = "deleted" if await actions.delete_finished(session, [job_id]) else "not-deleted"
         if code == "deleted":
@@ -1174,7 +1207,7 @@ async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:
             ids += [j.id for j in page_.jobs]
             if len(ids) >= BATCH:
                 break
-        done, held = await _apply(session, op, ids)
+        done, held = await _apply(session, op, ids, _who(ctx), _reason(ctx))
         examined = len(ids)
     _log(
         "INFO",
@@ -1221,10 +1254,17 @@ async def _retry_scan(
         before = ids[-1]
 
 
-async def _apply(session: AsyncSession, op: str, ids: list[int]) -> tuple[int, list[UniqueKeyHeld]]:
+async def _apply(
+    session: AsyncSession,
+    op: str,
+    ids: list[int],
+    by: str = "dashboard",
+    reason: str | None = None,
+) -> tuple[int, list[UniqueKeyHeld]]:
     """Apply ``op`` to each job; how many it changed, and the retries refused because
     another job holds the unique key (skipped: the refusal changes nothing and leaves the
-    transaction usable, so the rest of the batch goes on)."""
+    transaction usable, so the rest of the batch goes on). A cancel records ``by`` and
+    ``reason``."""
     if op == "delete":
         return len(await actions.delete_finished(session, ids)), []
     done = 0
@@ -1236,7 +1276,8 @@ async def _apply(session: AsyncSession, op: str, ids: list[int]) -> tuple[int, l
             except UniqueKeyHeld as exc:
                 held.append(exc)
         else:
-            done += await actions.cancel(session, job_id) in ("cancelled", "requested")
+            outcome = await actions.cancel(session, job_id, by=by, reason=reason)
+            done += outcome in ("cancelled", "requested")
     return done, held
 
 

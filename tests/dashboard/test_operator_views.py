@@ -13,7 +13,7 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from acta_sqla import JobStatus
+from acta_sqla import Job, JobStatus
 from acta_sqla.models import Definition, Namespace
 
 from .conftest import NS, csrf_of, status_of
@@ -197,3 +197,91 @@ async def test_failures_are_grouped_by_kind_and_error_type_each_with_a_sample(
     assert await status_of(async_session, broke) == JobStatus.READY
     for job_id in declined:  # the other kind's group is left alone
         assert await status_of(async_session, job_id) == JobStatus.FAILED
+
+
+async def test_the_dashboards_cancel_records_who_and_why_and_the_job_page_shows_it(
+    client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
+) -> None:
+    job_id = await add_job("charge", attempts=1, last_error={"type": "Timeout", "message": "t"})
+    page = (await client.get(f"/jobs/{job_id}")).text
+    assert 'name="reason"' in page
+    done = await _post(
+        client, f"/jobs/{job_id}", f"/jobs/{job_id}/cancel", confirmed="1", reason=" customer left "
+    )
+    assert done.status_code == 303
+    async_session.expire_all()
+    row = await async_session.get(Job, job_id)
+    assert row is not None and row.status == JobStatus.CANCELLED
+    assert row.last_error is not None
+    assert row.last_error["type"] == "Timeout"  # the earlier attempt's error stays
+    assert row.last_error["cancel"]["by"] == "dashboard"
+    assert row.last_error["cancel"]["reason"] == "customer left"
+    shown = (await client.get(f"/jobs/{job_id}")).text
+    assert re.search(
+        r'<dd class="cancelled-by">dashboard, <time [^>]+>[^<]+</time>: customer left</dd>', shown
+    )
+
+
+async def test_a_cancel_without_a_reason_says_so(
+    client: httpx.AsyncClient, add_job: AddJob
+) -> None:
+    job_id = await add_job("charge")
+    await _post(client, f"/jobs/{job_id}", f"/jobs/{job_id}/cancel", confirmed="1")
+    shown = (await client.get(f"/jobs/{job_id}")).text
+    assert ": no reason given</dd>" in shown
+    assert "<h2>Last error</h2>" not in shown  # a cancel record alone is not an error
+
+
+async def test_a_hostile_cancel_reason_is_refused_naming_the_field(
+    client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
+) -> None:
+    job_id = await add_job("charge")
+    for reason, says in (
+        ("x" * 1001, "reason is 1,001 characters long; at most 1,000"),
+        ("a\x00b", "reason holds a NUL character"),
+    ):
+        refused = await _post(
+            client, f"/jobs/{job_id}", f"/jobs/{job_id}/cancel", confirmed="1", reason=reason
+        )
+        assert refused.status_code == 400 and says in refused.text, refused.text
+    assert await status_of(async_session, job_id) == JobStatus.READY
+
+
+async def test_the_api_records_its_callers_by_and_a_logged_in_user_is_named(
+    add_job: AddJob, async_session: AsyncSession, make_app: Callable[..., Any], client_for: Any
+) -> None:
+    from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+    from starlette.middleware.authentication import AuthenticationMiddleware
+
+    from acta_sqla import Acta
+
+    job_id = await add_job("charge")
+    acta = Acta(namespace=NS, allow_unknown_kinds=True)
+    assert await acta.cancel(async_session, job_id, reason="duplicate", by="billing-api") == (
+        "cancelled"
+    )
+    await async_session.commit()
+    async_session.expire_all()
+    row = await async_session.get(Job, job_id)
+    assert row is not None and row.last_error is not None
+    assert row.last_error["cancel"]["by"] == "billing-api"
+    for bad in ({"reason": "r" * 1001}, {"by": "b" * 201}, {"reason": 7}):
+        try:
+            await acta.cancel(async_session, job_id, **bad)  # type: ignore[arg-type]
+        except ValueError as exc:
+            assert ("reason" if "reason" in bad else "by") in str(exc)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+
+    class Alice(AuthenticationBackend):
+        async def authenticate(self, conn: Any) -> Any:
+            return AuthCredentials(["authenticated"]), SimpleUser("alice")
+
+    other = await add_job("charge")
+    app = AuthenticationMiddleware(make_app(), backend=Alice())
+    async with client_for(app) as c:
+        await _post(c, f"/jobs/{other}", f"/jobs/{other}/cancel", confirmed="1", reason="r")
+    async_session.expire_all()
+    row = await async_session.get(Job, other)
+    assert row is not None and row.last_error is not None
+    assert row.last_error["cancel"]["by"] == "alice (dashboard)"

@@ -264,10 +264,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -390,10 +396,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -722,10 +734,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -1394,8 +1412,8 @@ UPDATE acta.namespace SET definitions_version=(acta.namespace.definitions_versio
 
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once; a durable wait it was
 --   parked in is over (no awaited signal, no pending children: the terminal-effects trigger reads
---   the old values to cancel the children and hand a lane on).
-UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+--   the old values to cancel the children and hand a lane on). Who and why are recorded.
+UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
 -- session.definition_for_update: A kind's stored definition (declared policy and overrides), locked
 --   until commit so that two operators' changes apply one after the other.
@@ -1424,14 +1442,14 @@ FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT FOR UPDATE;
 
 -- session.request_cancel: An executing job is asked to stop: its worker's next heartbeat cancels
---   the handler.
-UPDATE acta.job SET cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
+--   the handler. Who and why are recorded (the completion that ends it keeps them).
+UPDATE acta.job SET last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
 
 -- session.retry_job: An operator's retry: a finished job goes back to 'ready' now with a fresh
---   budget, as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not
---   one that follows a wait). Signals it received stay. Not while another job holds its unique key
---   (:func:`unique_key_holder`). The only way out of a terminal state.
-UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
+--   budget, as a fresh start: no result, no wait it was in, no cancel record, no ``resumed`` (its
+--   first run is not one that follows a wait). Signals it received stay. Not while another job
+--   holds its unique key (:func:`unique_key_holder`). The only way out of a terminal state.
+UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, last_error=(acta.job.last_error - 'cancel'::text), cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
 FROM acta.job AS job_1
 WHERE job_1.namespace = acta.job.namespace AND job_1.unique_key = acta.job.unique_key AND job_1.status IN (__[POSTCOMPILE_status_2]))) RETURNING acta.job.id;
 
