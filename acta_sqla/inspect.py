@@ -9,7 +9,7 @@ nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .queries import inspect as q
@@ -375,6 +375,111 @@ async def overview(session: AsyncSession, namespace: str) -> Overview:
         scheduled=await count_due_later(session, namespace, retrying=False),
         retrying=await count_due_later(session, namespace, retrying=True),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One bucket of a chart: jobs that finished in [start, start + step)."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+    cancelled: int
+    wait: float | None
+    """Mean seconds from due to claimed of those jobs' last attempts (None: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """The charts' data: every bucket of the window, oldest first (empty ones zero)."""
+
+    seconds: float
+    step: float
+    kind: str | None
+    buckets: tuple[Bucket, ...]
+
+
+async def history(
+    session: AsyncSession,
+    namespace: str,
+    *,
+    seconds: float = 3600.0,
+    step: float = 60.0,
+    kind: str | None = None,
+) -> Series:
+    """Jobs finished over the last ``seconds`` in buckets of ``step`` (per minute over the
+    last hour by default; per hour over a day: ``seconds=86400, step=3600``), of one
+    ``kind`` or all: throughput, failures, cancels and queue wait, for the charts."""
+    if not 0 < step <= seconds or seconds / step > 1440:
+        raise ValueError(f"step must be in (0, seconds] with at most 1440 buckets, got {step}")
+    query = q.finished_series(namespace, seconds, step, kind)
+    found = {int(r.bucket): r for r in (await session.execute(query)).all()}
+    now = datetime.now(UTC).timestamp()
+    first = int((now - seconds) // step * step)
+    buckets = []
+    for start in range(first, int(now // step * step) + 1, int(step)):
+        r = found.get(start)
+        buckets.append(
+            Bucket(
+                start=datetime.fromtimestamp(start, UTC),
+                succeeded=int(r.succeeded) if r else 0,
+                failed=int(r.failed) if r else 0,
+                cancelled=int(r.cancelled) if r else 0,
+                wait=float(r.wait) if r is not None and r.wait is not None else None,
+            )
+        )
+    return Series(seconds=seconds, step=step, kind=kind, buckets=tuple(buckets))
+
+
+@dataclass(frozen=True, slots=True)
+class KindRate:
+    """One kind's live numbers over the last ``seconds``."""
+
+    kind: str
+    seconds: float
+    succeeded: int
+    failed: int
+    cancelled: int
+    p50: float | None
+    """Median run time (seconds, started to finished) of the jobs' last attempts."""
+    p95: float | None
+    wait: float | None
+    """Mean seconds from due to claimed."""
+
+    @property
+    def per_minute(self) -> float:
+        """Jobs finished per minute."""
+        return (self.succeeded + self.failed + self.cancelled) * 60.0 / self.seconds
+
+    @property
+    def error_percent(self) -> float | None:
+        """Failed among those that succeeded or failed, in percent (None: neither)."""
+        ended = self.succeeded + self.failed
+        return 100.0 * self.failed / ended if ended else None
+
+
+async def kind_rates(
+    session: AsyncSession, namespace: str, seconds: float = 300.0
+) -> dict[str, KindRate]:
+    """Each kind's rate, latency and error percentage over the last ``seconds`` (5 min)."""
+    rows = (await session.execute(q.kind_rates(namespace, seconds))).all()
+
+    def number(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return {
+        r.kind: KindRate(
+            kind=r.kind,
+            seconds=seconds,
+            succeeded=int(r.succeeded),
+            failed=int(r.failed),
+            cancelled=int(r.cancelled),
+            p50=number(r.p50),
+            p95=number(r.p95),
+            wait=number(r.wait),
+        )
+        for r in rows
+    }
 
 
 async def in_flight(session: AsyncSession, namespace: str) -> dict[int | None, int]:

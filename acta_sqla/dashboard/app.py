@@ -76,6 +76,12 @@ STATEMENT_TIMEOUT_MS = 5000
 """No page may hold the database longer than this (a filter no index serves fails with a
 message instead of scanning on)."""
 
+CHART_WINDOWS = {"1h": (3600.0, 60.0), "24h": (86_400.0, 3600.0)}
+"""The charts' windows: (seconds, bucket): per minute over the last hour, per hour over
+the last day."""
+RATE_SECONDS = 300.0
+"""The Kinds page's live numbers are over the last 5 minutes."""
+
 WINDOWS = {"1h": 3600.0, "24h": 86_400.0, "7d": 7 * 86_400.0}
 """The failures page's time windows: a group is counted over the finished index's range,
 so a shorter window is cheaper on a big history."""
@@ -841,7 +847,25 @@ def _bad_input(endpoint: Callable[[Request], Awaitable[Response]]) -> Any:
 # ---------------------------------------------------------------------------- pages
 
 
+def _chart_window(ctx: Ctx) -> str:
+    window = ctx.request.query_params.get("chart") or "1h"
+    if window not in CHART_WINDOWS:
+        raise BadInput(f"chart must be one of {', '.join(CHART_WINDOWS)}; got {window[:40]!r}")
+    return window
+
+
+async def _charts(
+    ctx: Ctx, session: AsyncSession, window: str, kind: str | None = None
+) -> list[tuple[str, Markup]]:
+    from .charts import charts
+
+    seconds, step = CHART_WINDOWS[window]
+    series = await inspect.history(session, ctx.namespace, seconds=seconds, step=step, kind=kind)
+    return charts(series)
+
+
 async def overview(ctx: Ctx, session: AsyncSession) -> Response:
+    window = _chart_window(ctx)
     view = await inspect.overview(session, ctx.namespace)
     pinned = ctx.config.namespaces
     names = sorted(pinned) if pinned is not None else await inspect.namespaces(session)
@@ -852,6 +876,10 @@ async def overview(ctx: Ctx, session: AsyncSession) -> Response:
         statuses=list(JobStatus),
         active_statuses=(JobStatus.READY, JobStatus.EXECUTING),
         terminal_statuses=TERMINAL_STATUSES,
+        charts=await _charts(ctx, session, window),
+        chart_window=window,
+        chart_windows=list(CHART_WINDOWS),
+        chart_url=lambda w: ctx.url("overview", query={"chart": w}),
         live=True,
     )
 

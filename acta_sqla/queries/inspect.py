@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import (
     Delete,
+    Double,
     Executable,
     Select,
     Text,
@@ -274,6 +275,57 @@ def finished_since(namespace: str, seconds: float) -> Select[tuple[str, str, int
         )
         .group_by(Job.kind, Job.status)
         .order_by(Job.kind, Job.status)
+    )
+
+
+def _since(seconds: float) -> Any:
+    return Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+
+def _queue_wait() -> Any:
+    """Seconds a job's last attempt waited from due to claimed (its ``run_at``, which a
+    retry's back-off moved, to its ``claimed_at``); NULL for a job no worker claimed."""
+    return func.greatest(func.extract("epoch", Job.claimed_at - Job.run_at), 0)
+
+
+def finished_series(
+    namespace: str, seconds: float, step: float, kind: str | None
+) -> Select[tuple[object, ...]]:
+    """The charts: jobs finished in the last ``seconds`` (of ``kind``, None: every kind)
+    in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded, failed
+    and cancelled, and the mean queue wait of those claimed. Through the finished index's
+    range (``job_prune_idx`` for one kind): the cost of the window, not of the history."""
+    bucket = func.floor(cast(func.extract("epoch", Job.finished_at), Double) / step) * step
+    query = select(
+        bucket.label("bucket"),
+        func.count().filter(Job.status == JobStatus.SUCCEEDED).label("succeeded"),
+        func.count().filter(Job.status == JobStatus.FAILED).label("failed"),
+        func.count().filter(Job.status == JobStatus.CANCELLED).label("cancelled"),
+        func.avg(_queue_wait()).label("wait"),
+    ).where(Job.namespace == namespace, Job.status.in_(TERMINAL_STATUSES), _since(seconds))
+    if kind is not None:
+        query = query.where(Job.kind == kind)
+    return query.group_by(bucket).order_by(bucket)
+
+
+def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
+    """Each kind's live numbers over the last ``seconds``: jobs succeeded, failed and
+    cancelled, the median and 95th percentile of the last attempt's run time (started to
+    finished), and the mean queue wait. Through the finished index's range."""
+    ran = func.extract("epoch", Job.finished_at - Job.started_at)
+    return (
+        select(
+            Job.kind.label("kind"),
+            func.count().filter(Job.status == JobStatus.SUCCEEDED).label("succeeded"),
+            func.count().filter(Job.status == JobStatus.FAILED).label("failed"),
+            func.count().filter(Job.status == JobStatus.CANCELLED).label("cancelled"),
+            func.percentile_cont(0.5).within_group(ran).label("p50"),
+            func.percentile_cont(0.95).within_group(ran).label("p95"),
+            func.avg(_queue_wait()).label("wait"),
+        )
+        .where(Job.namespace == namespace, Job.status.in_(TERMINAL_STATUSES), _since(seconds))
+        .group_by(Job.kind)
+        .order_by(Job.kind)
     )
 
 

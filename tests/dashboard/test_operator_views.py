@@ -285,3 +285,50 @@ async def test_the_api_records_its_callers_by_and_a_logged_in_user_is_named(
     row = await async_session.get(Job, other)
     assert row is not None and row.last_error is not None
     assert row.last_error["cancel"]["by"] == "alice (dashboard)"
+
+
+async def _finished(
+    add_job: AddJob, kind: str, status: JobStatus, minutes_ago: float, wait: float = 2.0
+) -> int:
+    """A job that finished ``minutes_ago``, claimed ``wait`` seconds after it was due and
+    run for 1.5 s."""
+    end = datetime.now(UTC) - timedelta(minutes=minutes_ago)
+    return int(
+        await add_job(
+            kind,
+            status,
+            finished_at=end,
+            started_at=end - timedelta(seconds=1.5),
+            claimed_at=end - timedelta(seconds=1.5),
+            run_at=end - timedelta(seconds=1.5 + wait),
+        )
+    )
+
+
+async def test_the_overview_charts_throughput_failures_and_queue_wait_as_svg(
+    client: httpx.AsyncClient, add_job: AddJob
+) -> None:
+    for _ in range(4):
+        await _finished(add_job, "charge", JobStatus.SUCCEEDED, 3, wait=4.0)
+    await _finished(add_job, "charge", JobStatus.FAILED, 3)
+    await _finished(add_job, "report", JobStatus.SUCCEEDED, 30)
+    await _finished(add_job, "report", JobStatus.SUCCEEDED, 200)  # outside the hour
+
+    html = (await client.get("/")).text
+    assert "<h2>Over time</h2>" in html
+    svgs = re.findall(r'<svg class="chart chart-(\w+)".*?</svg>', html, re.S)
+    assert svgs == ["throughput", "failures", "wait"]
+    throughput = re.search(r'<svg class="chart chart-throughput".*?</svg>', html, re.S)
+    assert throughput
+    svg = throughput.group(0)
+    assert 'aria-label="Throughput per minute over the last hour: 5 jobs in the last hour"' in svg
+    bars = re.findall(r'<rect class="bar bar-ok"[^>]*><title>([^<]+)</title>', svg)
+    assert sorted(b.split("UTC: ")[1] for b in bars) == ["1 job", "4 jobs"]
+    failures = re.search(r'<svg class="chart chart-failures".*?</svg>', html, re.S)
+    assert failures and len(re.findall("bar-bad", failures.group(0))) == 1
+    wait = re.search(r'<svg class="chart chart-wait".*?</svg>', html, re.S)
+    assert wait and "UTC: 3.60 s" in wait.group(0)  # (4 x 4 s + 2 s) / 5
+
+    day = (await client.get("/", params={"chart": "24h"})).text
+    assert "Throughput per hour over the last day: 6 jobs in the last day" in day
+    assert (await client.get("/", params={"chart": "1y"})).status_code == 400

@@ -1552,6 +1552,14 @@ FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
  LIMIT %(param_1)s::INTEGER;
 
+-- inspect.finished_series: The charts: jobs finished in the last ``seconds`` (of ``kind``, None:
+--   every kind) in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded,
+--   failed and cancelled, and the mean queue wait of those claimed. Through the finished index's
+--   range (``job_prune_idx`` for one kind): the cost of the window, not of the history.
+SELECT floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s AS bucket, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, avg(greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER)) AS wait
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.kind = %(kind_1)s::VARCHAR GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
+
 -- inspect.finished_since: (kind, status, count) of the jobs that finished in the last ``seconds``
 --   (throughput and failures), through the finished index's range on (namespace, finished_at).
 SELECT acta.job.kind, acta.job.status, count(*) AS count_1
@@ -1595,6 +1603,13 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.concurrency_key
 SELECT acta.concurrency_slot.job_id, acta.concurrency_slot.execution_id, acta.concurrency_slot.worker_id, acta.concurrency_slot.acquired_at
 FROM acta.concurrency_slot
 WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concurrency_slot.key = %(key_1)s::VARCHAR ORDER BY acta.concurrency_slot.acquired_at;
+
+-- inspect.kind_rates: Each kind's live numbers over the last ``seconds``: jobs succeeded, failed
+--   and cancelled, the median and 95th percentile of the last attempt's run time (started to
+--   finished), and the mean queue wait. Through the finished index's range.
+SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.job.finished_at - acta.job.started_at)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.job.finished_at - acta.job.started_at)) AS p95, avg(greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER)) AS wait
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
 
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
 --   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.

@@ -136,6 +136,8 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "inspect.due_later": lambda: inspect_q.due_later("default", True, None, 51),
     "inspect.estimate_due_later": lambda: inspect_q.estimate_due_later("default", False),
     "inspect.count_due_later": lambda: inspect_q.count_due_later("default", True, 10001),
+    "inspect.finished_series": lambda: inspect_q.finished_series("default", 3600.0, 60.0, "k"),
+    "inspect.kind_rates": lambda: inspect_q.kind_rates("default", 300.0),
     "inspect.active_depth": lambda: inspect_q.active_depth("default"),
     "inspect.finished_since": lambda: inspect_q.finished_since("default", 3600.0),
     "inspect.newest_job_id": inspect_q.newest_job_id,
