@@ -119,6 +119,9 @@ MESSAGES = {
     "fired": "Extra fire enqueued: it runs now, beside the schedule's cadence.",
     "schedule-missing": "No such schedule in this namespace.",
     "kind-missing": "No such kind stored in this namespace.",
+    "policy-set": "Policy changed: every worker of the namespace applies it within one heartbeat.",
+    "policy-unchanged": "Nothing changed: every value was already the kind's.",
+    "policy-reset": "Overrides dropped: the declared policy applies within one heartbeat.",
 }
 """Messages shown after an action, by code (the redirect names the code, never text)."""
 
@@ -812,6 +815,7 @@ def _routes(config: Config) -> list[Any]:
         get("/schedules", schedules, "schedules"),
         post("/schedules/{name:acta_name}/{op:str}", schedule_action, "schedule_action"),
         get("/definitions", definitions, "definitions"),
+        get("/definitions/{kind:acta_name}", definition, "definition"),
         post("/definitions/{kind:acta_name}/{op:str}", definition_action, "definition_action"),
         Route("/favicon.ico", _favicon, methods=["GET"], name="favicon"),
         Route("/login", _login(config), methods=["GET", "POST"], name="login"),
@@ -1081,7 +1085,80 @@ async def definitions(ctx: Ctx, session: AsyncSession) -> Response:
     from ..policy import OVERRIDABLE
 
     rows = await inspect.definitions(session, ctx.namespace)
-    return ctx.render("definitions.html", kinds=rows, fields=OVERRIDABLE)
+    rates = await inspect.kind_rates(session, ctx.namespace, RATE_SECONDS)
+    return ctx.render(
+        "definitions.html",
+        kinds=rows,
+        fields=OVERRIDABLE,
+        rates=rates,
+        rate_minutes=int(RATE_SECONDS // 60),
+        live=True,
+    )
+
+
+EDITABLE = ("concurrency_limit", "rate", "timeout", "paused")
+"""The fields a kind's page edits (the rest: ``acta definitions set``)."""
+CLEARABLE = ("concurrency_limit", "rate")
+"""Fields an empty box sets to "none" (no limit)."""
+
+
+def _effective_text(row: inspect.DefinitionRow, name: str) -> str:
+    """A kind's effective value of ``name`` as its box shows it (a field its stored policy
+    lacks: the policy's default)."""
+    from ..policy import Policy
+
+    if name in row.effective:
+        return _as_text(row.effective[name])
+    return _as_text(getattr(Policy(), name))
+
+
+def _as_text(value: Any) -> str:
+    """A policy value as its box shows it (and as ``acta definitions set`` takes it)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+async def definition(
+    ctx: Ctx,
+    session: AsyncSession,
+    *,
+    error: str | None = None,
+    submitted: dict[str, str] | None = None,
+) -> Response:
+    from ..policy import OVERRIDABLE
+
+    kind = ctx.request.path_params["kind"]
+    found = [d for d in await inspect.definitions(session, ctx.namespace) if d.kind == kind]
+    if not found:
+        return ctx.render(
+            "error.html", 404, error=f"No kind {kind!r} stored in namespace {ctx.namespace!r}."
+        )
+    row = found[0]
+    window = _chart_window(ctx)
+    rates = await inspect.kind_rates(session, ctx.namespace, RATE_SECONDS)
+    values = {name: _effective_text(row, name) for name in EDITABLE}
+    values.update(submitted or {})
+    return ctx.render(
+        "kind.html",
+        400 if error else 200,
+        kind=row,
+        fields=OVERRIDABLE,
+        editable=EDITABLE,
+        values=values,
+        error=error,
+        rate=rates.get(kind),
+        rate_minutes=int(RATE_SECONDS // 60),
+        charts=await _charts(ctx, session, window, kind),
+        chart_window=window,
+        chart_windows=list(CHART_WINDOWS),
+        chart_url=lambda w: ctx.url("definition", kind=kind, query={"chart": w}),
+        live=error is None,
+    )
 
 
 # ---------------------------------------------------------------------------- actions
@@ -1171,14 +1248,85 @@ async def schedule_action(ctx: Ctx, session: AsyncSession) -> Response:
 async def definition_action(ctx: Ctx, session: AsyncSession) -> Response:
     kind = ctx.request.path_params["kind"]
     op = ctx.request.path_params["op"]
+    if op == "set":
+        return await _set_policy(ctx, session, kind)
+    if op == "reset":
+        return await _reset_policy(ctx, session, kind)
     back = ctx.url("definitions")
     if op not in ("pause", "resume"):
-        raise BadInput(f"unknown action {op!r}: pause or resume")
+        raise BadInput(f"unknown action {op!r}: pause, resume, set or reset")
     if not _confirmed(ctx):
         return _confirm(ctx, f"{op.capitalize()} kind {kind!r}?", op.capitalize(), back)
     code = await actions.kind(session, ctx.namespace, kind, op)
     _log("INFO", "{} kind {} in {} from {}: {}", op, kind, ctx.namespace, _client(ctx), code)
     return ctx.redirect(back + ("&" if "?" in back else "?") + urlencode({"msg": code}))
+
+
+async def _set_policy(ctx: Ctx, session: AsyncSession, kind: str) -> Response:
+    """A kind's limits edited on its page: the fields whose box changed, checked and
+    written by the very call ``acta definitions set`` makes; a refusal shows the page
+    again with the message (naming the field) and the values as typed."""
+    from ..errors import ConfigurationError
+
+    form = ctx.form  # type: ignore[attr-defined]
+    back = ctx.url("definition", kind=kind)
+    found = [d for d in await inspect.definitions(session, ctx.namespace) if d.kind == kind]
+    if not found:
+        return ctx.redirect(ctx.url("definitions", query={"msg": "kind-missing"}))
+    submitted: dict[str, str] = {}
+    changes: dict[str, str] = {}
+    for name in EDITABLE:
+        value = form.get(name)
+        if value is None:
+            continue  # not sent: left as it is
+        if not isinstance(value, str):
+            raise BadInput(f"{name} must be text")
+        submitted[name] = value
+        text = value.strip()
+        if text == _effective_text(found[0], name):
+            continue
+        changes[name] = "none" if text == "" and name in CLEARABLE else text
+    if not changes:
+        return ctx.redirect(back + ("&" if "?" in back else "?") + "msg=policy-unchanged")
+    said = ", ".join(f"{k}={v}" for k, v in changes.items())
+    if not _confirmed(ctx):
+        return _confirm(ctx, f"Set {said} of kind {kind!r}?", "Set", back)
+    try:
+        stored = await actions.set_policy(session, ctx.namespace, kind, changes)
+    except ConfigurationError as exc:
+        _log(
+            "WARNING",
+            "set kind {} in {} from {}: refused: {}",
+            kind,
+            ctx.namespace,
+            _client(ctx),
+            exc,
+        )
+        return await definition(ctx, session, error=str(exc), submitted=submitted)
+    _log(
+        "INFO",
+        "set kind {} in {} from {}: {} (overrides now {})",
+        kind,
+        ctx.namespace,
+        _client(ctx),
+        said,
+        json.dumps(stored, sort_keys=True),
+    )
+    return ctx.redirect(back + ("&" if "?" in back else "?") + "msg=policy-set")
+
+
+async def _reset_policy(ctx: Ctx, session: AsyncSession, kind: str) -> Response:
+    back = ctx.url("definition", kind=kind)
+    if not _confirmed(ctx):
+        return _confirm(ctx, f"Drop every override of kind {kind!r}?", "Reset", back)
+    from ..errors import ConfigurationError
+
+    try:
+        await actions.reset_policy(session, ctx.namespace, kind)
+    except ConfigurationError:
+        return ctx.redirect(ctx.url("definitions", query={"msg": "kind-missing"}))
+    _log("INFO", "reset kind {} in {} from {}", kind, ctx.namespace, _client(ctx))
+    return ctx.redirect(back + ("&" if "?" in back else "?") + "msg=policy-reset")
 
 
 async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:

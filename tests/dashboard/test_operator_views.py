@@ -5,11 +5,13 @@ by kind and error type, who cancelled a job and why, the budget's size, the favi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
+from markupsafe import escape as html_escape
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -332,3 +334,166 @@ async def test_the_overview_charts_throughput_failures_and_queue_wait_as_svg(
     day = (await client.get("/", params={"chart": "24h"})).text
     assert "Throughput per hour over the last day: 6 jobs in the last day" in day
     assert (await client.get("/", params={"chart": "1y"})).status_code == 400
+
+
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    """The dashboard's log lines (loguru, stage "dashboard")."""
+    from loguru import logger
+
+    lines: list[str] = []
+    sink = logger.add(
+        lambda m: lines.append(str(m).removesuffix("\n")),
+        level="INFO",
+        format="{message}",
+        filter=lambda r: r["extra"].get("stage") == "dashboard",
+    )
+    logger.enable("acta_sqla")
+    yield lines
+    logger.remove(sink)
+
+
+async def _overrides(session: AsyncSession, kind: str) -> dict[str, Any]:
+    session.expire_all()
+    row = await session.get(Definition, (NS, kind))
+    assert row is not None
+    return dict(row.overrides)
+
+
+async def test_a_kinds_limits_are_edited_on_its_page_confirmed_and_logged(
+    client: httpx.AsyncClient, async_session: AsyncSession, logged: list[str]
+) -> None:
+    await _kind(async_session, "charge", {"timeout": 300.0, "concurrency_limit": None})
+    page = (await client.get("/definitions/charge")).text
+    assert 'name="concurrency_limit" value=""' in page and 'name="timeout" value="300"' in page
+    edit = dict(concurrency_limit="3", rate="10/s", timeout="300", paused="false")
+
+    asked = await _post(client, "/definitions/charge", "/definitions/charge/set", **edit)
+    assert asked.status_code == 200, asked.text
+    assert "Set concurrency_limit=3, rate=10/s of kind &#39;charge&#39;?" in asked.text
+    assert await _overrides(async_session, "charge") == {}  # nothing before the confirmation
+
+    done = await _post(
+        client, "/definitions/charge", "/definitions/charge/set", confirmed="1", **edit
+    )
+    assert done.status_code == 303 and done.headers["location"].endswith("msg=policy-set")
+    # Only what changed became an override (timeout and paused were the kind's already).
+    assert await _overrides(async_session, "charge") == {"concurrency_limit": 3, "rate": "10/s"}
+    assert any(
+        line.startswith("set kind charge in dash from ")
+        and line.endswith(
+            ": concurrency_limit=3, rate=10/s (overrides now "
+            '{"concurrency_limit": 3, "rate": "10/s"})'
+        )
+        for line in logged
+    ), logged
+    shown = (await client.get("/definitions/charge?msg=policy-set")).text
+    assert "within one heartbeat" in shown and "<strong>10/s</strong>" in shown
+
+    # An emptied box is "none" (no limit), as `acta definitions set KIND rate=none`.
+    await _post(
+        client,
+        "/definitions/charge",
+        "/definitions/charge/set",
+        confirmed="1",
+        **{**edit, "rate": "", "paused": "true"},
+    )
+    assert await _overrides(async_session, "charge") == {
+        "concurrency_limit": 3,
+        "rate": None,
+        "paused": True,
+    }
+    await _post(client, "/definitions/charge", "/definitions/charge/reset", confirmed="1")
+    assert await _overrides(async_session, "charge") == {}
+
+    forged = await client.post(
+        "/definitions/charge/set", data={"csrf": "forged", "confirmed": "1", **edit}
+    )
+    assert forged.status_code == 403
+    assert await _overrides(async_session, "charge") == {}
+
+
+async def test_hostile_limits_are_refused_with_the_clis_own_message_naming_the_field(
+    client: httpx.AsyncClient, async_session: AsyncSession
+) -> None:
+    from acta_sqla import Acta
+    from acta_sqla.errors import ConfigurationError
+
+    await _kind(async_session, "charge", {"timeout": 300.0})
+    acta = Acta(namespace=NS, allow_unknown_kinds=True)
+    for field, value in (
+        ("concurrency_limit", "0"),
+        ("concurrency_limit", "-4"),
+        ("concurrency_limit", "9" * 40),
+        ("rate", "0/s"),
+        ("rate", "lots"),
+        ("rate", "1/s" * 13),
+        ("timeout", "-1"),
+        ("timeout", "nan"),
+        ("timeout", "1e400"),
+        ("timeout", "ten"),
+        ("paused", "maybe"),
+    ):
+        try:
+            await acta.set_policy(async_session, "charge", **{field: value})
+        except ConfigurationError as exc:
+            cli_says = str(exc)
+        else:
+            raise AssertionError(f"{field}={value!r} was accepted")
+        await async_session.rollback()
+        refused = await _post(
+            client,
+            "/definitions/charge",
+            "/definitions/charge/set",
+            confirmed="1",
+            **{field: value},
+        )
+        assert refused.status_code == 400, (field, value)
+        assert cli_says.startswith(f"charge: {field}=") or field in cli_says
+        assert html_escape(cli_says) in refused.text, (cli_says, refused.text[-3000:])
+        # The form shows what was typed, to correct it.
+        assert f'name="{field}"' in refused.text
+    assert await _overrides(async_session, "charge") == {}
+
+    nul = await _post(
+        client, "/definitions/charge", "/definitions/charge/set", confirmed="1", timeout="3\x00"
+    )
+    assert nul.status_code == 400 and "timeout holds a NUL character" in nul.text
+    huge = await _post(
+        client, "/definitions/charge", "/definitions/charge/set", confirmed="1", rate="9" * 70_000
+    )
+    assert huge.status_code == 413
+    missing = await _post(
+        client, "/definitions/charge", "/definitions/nope/set", confirmed="1", timeout="3"
+    )
+    assert missing.status_code == 303 and "msg=kind-missing" in missing.headers["location"]
+    assert await _overrides(async_session, "charge") == {}
+
+
+async def test_the_kinds_page_shows_each_kinds_live_rate_errors_and_latency(
+    client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
+) -> None:
+    await _kind(async_session, "charge", {})
+    await _kind(async_session, "idle", {})
+    for _ in range(4):
+        await _finished(add_job, "charge", JobStatus.SUCCEEDED, 1)
+    await _finished(add_job, "charge", JobStatus.FAILED, 2)
+    await _finished(add_job, "charge", JobStatus.SUCCEEDED, 20)  # before the 5 minutes
+
+    html = (await client.get("/definitions")).text
+    row = re.search(r'<tr><td><a href="/definitions/charge">charge</a></td>(.*?)</tr>', html, re.S)
+    assert row, html
+    cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row.group(1))
+    assert cells[:4] == ["1.0", "20.0 %", "1.50 s", "1.50 s"]
+    idle = re.search(r'<tr><td><a href="/definitions/idle">idle</a></td>(.*?)</tr>', html, re.S)
+    assert idle and re.findall(r'<td class="num[^"]*">([^<]*)</td>', idle.group(1))[:2] == [
+        "0",
+        "&ndash;",
+    ]
+
+    page = (await client.get("/definitions/charge")).text
+    assert "1.0 jobs/min (4 succeeded, 1 failed, 0 cancelled)" in page
+    assert 'aria-label="charge: Throughput per minute over the last hour: 5 jobs' in page
+    day = (await client.get("/definitions/charge", params={"chart": "24h"})).text
+    assert 'aria-label="charge: Throughput per hour over the last day: 5 jobs' in day
+    assert (await client.get("/definitions/nope")).status_code == 404
