@@ -11,7 +11,7 @@ from markupsafe import Markup
 
 from ..inspect import Bucket, Series
 
-WIDTH = 380
+WIDTH = 360
 HEIGHT = 140
 LEFT = 52
 """Room for the y axis' labels."""
@@ -59,7 +59,7 @@ def _window(series: Series) -> str:
 def _number(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value:.2f} s" if value < 10 else f"{value:,.0f} s"
-    return f"{value:,.0f}"
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
 
 
 def _nice(peak: float) -> float:

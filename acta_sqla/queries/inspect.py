@@ -310,9 +310,10 @@ def finished_series(
 
 def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
     """Each kind's live numbers over the last ``seconds``: jobs succeeded, failed and
-    cancelled, the median and 95th percentile of the last attempt's run time (started to
-    finished), and the mean queue wait. Through the finished index's range."""
-    ran = func.extract("epoch", Job.finished_at - Job.started_at)
+    cancelled, the median and 95th percentile of their last attempt's run time (started
+    to finished, from that attempt's history row, found by primary key), and the mean
+    queue wait. Through the finished index's range."""
+    ran = func.extract("epoch", Execution.finished_at - Execution.started_at)
     return (
         select(
             Job.kind.label("kind"),
@@ -323,6 +324,8 @@ def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
             func.percentile_cont(0.95).within_group(ran).label("p95"),
             func.avg(_queue_wait()).label("wait"),
         )
+        .select_from(Job)
+        .outerjoin(Execution, (Execution.job_id == Job.id) & (Execution.id == Job.execution_id))
         .where(Job.namespace == namespace, Job.status.in_(TERMINAL_STATUSES), _since(seconds))
         .group_by(Job.kind)
         .order_by(Job.kind)

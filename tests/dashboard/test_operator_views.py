@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from acta_sqla import Job, JobStatus
-from acta_sqla.models import Definition, Namespace
+from acta_sqla.models import Definition, Execution, Namespace
 
 from .conftest import NS, csrf_of, status_of
 
@@ -290,31 +290,56 @@ async def test_the_api_records_its_callers_by_and_a_logged_in_user_is_named(
 
 
 async def _finished(
-    add_job: AddJob, kind: str, status: JobStatus, minutes_ago: float, wait: float = 2.0
+    add_job: AddJob,
+    session: AsyncSession,
+    kind: str,
+    status: JobStatus,
+    minutes_ago: float,
+    wait: float = 2.0,
 ) -> int:
-    """A job that finished ``minutes_ago``, claimed ``wait`` seconds after it was due and
-    run for 1.5 s."""
+    """A job that finished ``minutes_ago``, claimed ``wait`` seconds after it was due, its
+    last attempt (its history row) run for 1.5 s."""
     end = datetime.now(UTC) - timedelta(minutes=minutes_ago)
-    return int(
+    claimed = end - timedelta(seconds=1.5)
+    _finished.count += 1  # type: ignore[attr-defined]
+    execution_id = 50_000 + _finished.count  # type: ignore[attr-defined]
+    job_id = int(
         await add_job(
             kind,
             status,
             finished_at=end,
-            started_at=end - timedelta(seconds=1.5),
-            claimed_at=end - timedelta(seconds=1.5),
-            run_at=end - timedelta(seconds=1.5 + wait),
+            claimed_at=claimed,
+            run_at=claimed - timedelta(seconds=wait),
+            attempts=1,
+            execution_id=execution_id,
         )
     )
+    session.add(
+        Execution(
+            job_id=job_id,
+            id=execution_id,
+            attempt=1,
+            outcome=status.value,
+            claimed_at=claimed,
+            started_at=claimed,
+            finished_at=end,
+        )
+    )
+    await session.commit()
+    return job_id
+
+
+_finished.count = 0  # type: ignore[attr-defined]
 
 
 async def test_the_overview_charts_throughput_failures_and_queue_wait_as_svg(
-    client: httpx.AsyncClient, add_job: AddJob
+    client: httpx.AsyncClient, add_job: AddJob, async_session: AsyncSession
 ) -> None:
     for _ in range(4):
-        await _finished(add_job, "charge", JobStatus.SUCCEEDED, 3, wait=4.0)
-    await _finished(add_job, "charge", JobStatus.FAILED, 3)
-    await _finished(add_job, "report", JobStatus.SUCCEEDED, 30)
-    await _finished(add_job, "report", JobStatus.SUCCEEDED, 200)  # outside the hour
+        await _finished(add_job, async_session, "charge", JobStatus.SUCCEEDED, 3, wait=4.0)
+    await _finished(add_job, async_session, "charge", JobStatus.FAILED, 3)
+    await _finished(add_job, async_session, "report", JobStatus.SUCCEEDED, 30)
+    await _finished(add_job, async_session, "report", JobStatus.SUCCEEDED, 200)  # outside the hour
 
     html = (await client.get("/")).text
     assert "<h2>Over time</h2>" in html
@@ -476,9 +501,11 @@ async def test_the_kinds_page_shows_each_kinds_live_rate_errors_and_latency(
     await _kind(async_session, "charge", {})
     await _kind(async_session, "idle", {})
     for _ in range(4):
-        await _finished(add_job, "charge", JobStatus.SUCCEEDED, 1)
-    await _finished(add_job, "charge", JobStatus.FAILED, 2)
-    await _finished(add_job, "charge", JobStatus.SUCCEEDED, 20)  # before the 5 minutes
+        await _finished(add_job, async_session, "charge", JobStatus.SUCCEEDED, 1)
+    await _finished(add_job, async_session, "charge", JobStatus.FAILED, 2)
+    await _finished(
+        add_job, async_session, "charge", JobStatus.SUCCEEDED, 20
+    )  # before the 5 minutes
 
     html = (await client.get("/definitions")).text
     row = re.search(r'<tr><td><a href="/definitions/charge">charge</a></td>(.*?)</tr>', html, re.S)

@@ -1605,10 +1605,11 @@ FROM acta.concurrency_slot
 WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concurrency_slot.key = %(key_1)s::VARCHAR ORDER BY acta.concurrency_slot.acquired_at;
 
 -- inspect.kind_rates: Each kind's live numbers over the last ``seconds``: jobs succeeded, failed
---   and cancelled, the median and 95th percentile of the last attempt's run time (started to
---   finished), and the mean queue wait. Through the finished index's range.
-SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.job.finished_at - acta.job.started_at)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.job.finished_at - acta.job.started_at)) AS p95, avg(greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER)) AS wait
-FROM acta.job
+--   and cancelled, the median and 95th percentile of their last attempt's run time (started to
+--   finished, from that attempt's history row, found by primary key), and the mean queue wait.
+--   Through the finished index's range.
+SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p95, avg(greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER)) AS wait
+FROM acta.job LEFT OUTER JOIN acta.execution ON acta.execution.job_id = acta.job.id AND acta.execution.id = acta.job.execution_id
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
 
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
