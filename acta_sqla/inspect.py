@@ -209,6 +209,9 @@ class Overview:
 EXACT_UP_TO = 10_000
 """Counts up to this many jobs are exact (a count that stops one row past it); above, the
 planner's estimate is shown, marked as one."""
+COUNT_SCAN_BOUND = 200_000
+"""A filtered count is exact only in a namespace of at most this many jobs (as the
+planner estimates it): the rows such a count may read to find a small set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,10 +291,18 @@ async def count_jobs(
     """How many jobs match: exact up to ``EXACT_UP_TO`` (a count that stops one row past
     it), the planner's estimate above. The estimate decides first: a table the planner
     knows to hold millions of matching rows is not counted at all; a small or never
-    analysed one (estimated "1" with 48 failed) is counted."""
+    analysed one (estimated "1" with 48 failed) is counted. A filtered count is exact in a
+    namespace of up to ``COUNT_SCAN_BOUND`` jobs (what it may read to find the set)."""
     estimate = await estimate_jobs(session, namespace, status, kind)
     if estimate > EXACT_UP_TO:
         return Count(estimate, exact=False)
+    if status is not None or kind is not None:
+        # No index holds a status (or a kind) of every job: the count of a small set may
+        # have to read the namespace's rows to find it. Bounded: only a namespace the
+        # planner puts at COUNT_SCAN_BOUND jobs or fewer is counted; a bigger one has
+        # statistics (autovacuum analyses a table as it grows), so its estimate is shown.
+        if await estimate_jobs(session, namespace) > COUNT_SCAN_BOUND:
+            return Count(estimate, exact=False)
     query = q.count_jobs_up_to(namespace, status, kind, EXACT_UP_TO + 1)
     counted = int((await session.execute(query)).scalar_one())
     if counted <= EXACT_UP_TO:

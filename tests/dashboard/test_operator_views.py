@@ -524,3 +524,35 @@ async def test_the_kinds_page_shows_each_kinds_live_rate_errors_and_latency(
     day = (await client.get("/definitions/charge", params={"chart": "24h"})).text
     assert 'aria-label="charge: Throughput per hour over the last day: 5 jobs' in day
     assert (await client.get("/definitions/nope")).status_code == 404
+
+
+async def test_a_small_set_of_a_big_namespace_is_estimated_not_searched_for(
+    client: httpx.AsyncClient,
+    add_job: AddJob,
+    async_session: AsyncSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No index holds every job's status: counting 3 failed among a namespace's many
+    succeeded could read them all, so past ``COUNT_SCAN_BOUND`` jobs it is estimated."""
+    from acta_sqla import inspect
+
+    monkeypatch.setattr(inspect, "COUNT_SCAN_BOUND", 100)
+    await async_session.execute(
+        text(
+            "INSERT INTO acta.job (namespace, kind, status, finished_at) "
+            "SELECT :ns, 'bulk', 'succeeded', now() FROM generate_series(1, 300)"
+        ),
+        {"ns": NS},
+    )
+    await async_session.commit()
+    for _ in range(3):
+        await add_job("charge", JobStatus.FAILED)
+    await async_session.execute(text("ANALYZE acta.job"))
+    await async_session.commit()
+    jobs = (await client.get("/jobs", params={"status": "failed"})).text
+    assert "About " in jobs and "jobs match (the planner's estimate" in jobs
+    overview = (await client.get("/")).text
+    card = re.search(
+        r"status-failed\">failed</span></span>\s*<span class=\"count\">([^<]+)<", overview
+    )
+    assert card and card.group(1).startswith("≈ ")
