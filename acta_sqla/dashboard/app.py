@@ -1157,7 +1157,8 @@ async def definition(
         chart_window=window,
         chart_windows=list(CHART_WINDOWS),
         chart_url=lambda w: ctx.url("definition", kind=kind, query={"chart": w}),
-        live=error is None,
+        # Not refreshed: a refresh would wipe what the operator is typing into the form.
+        live=False,
     )
 
 

@@ -556,3 +556,20 @@ async def test_a_small_set_of_a_big_namespace_is_estimated_not_searched_for(
         r"status-failed\">failed</span></span>\s*<span class=\"count\">([^<]+)<", overview
     )
     assert card and card.group(1).startswith("≈ ")
+
+
+async def test_read_only_shows_no_limit_form_and_refuses_its_post(
+    make_app: Callable[..., Any], client_for: Any, async_session: AsyncSession
+) -> None:
+    await _kind(async_session, "charge", {})
+    app = make_app(read_only=True)
+    async with client_for(app) as c:
+        page = (await c.get("/definitions/charge")).text
+        assert "Edit limits" not in page and 'name="concurrency_limit"' not in page
+        assert "data-live" not in page
+        token = app.state.acta.keys.csrf_token(c.cookies["acta_sid"])
+        refused = await c.post(
+            "/definitions/charge/set", data={"csrf": token, "confirmed": "1", "timeout": "5"}
+        )
+        assert refused.status_code == 403 and "read-only" in refused.text
+    assert await _overrides(async_session, "charge") == {}
