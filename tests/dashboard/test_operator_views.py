@@ -458,6 +458,8 @@ async def test_hostile_limits_are_refused_with_the_clis_own_message_naming_the_f
         ("timeout", "1e400"),
         ("timeout", "ten"),
         ("paused", "maybe"),
+        ("timeout", "1" * 5000),  # long: a number past any float
+        ("rate", "x" * 60_000),  # long, under the body's bound: the message cuts it
     ):
         try:
             await acta.set_policy(async_session, "charge", **{field: value})
