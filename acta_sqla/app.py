@@ -120,8 +120,15 @@ class Acta:
         return declared
 
     def _check_kind(self, job: Job) -> None:
-        if job.namespace is None:
-            job.namespace = self.namespace
+        # A job's namespace is decided when it is built (``Job.__init__``), the same on
+        # every path; a job of another namespace is refused, as a JobBatch is (_rows).
+        if job.namespace != self.namespace and not self.allow_unknown_kinds:
+            raise InvalidJob(
+                f"{job.kind}: this job is for namespace {job.namespace!r} (a Job built "
+                f"without namespace= is in 'default'), this Acta is for {self.namespace!r}; "
+                f"build it with the handler's .job(...) or Job(..., "
+                f"namespace={self.namespace!r})"
+            )
         handler = self.handlers.get(job.kind)
         if handler is None:
             if self.allow_unknown_kinds:

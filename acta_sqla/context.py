@@ -81,9 +81,16 @@ class Context:
         worker serving it), renewed with this attempt's lease, released when the block
         ends. Waits up to ``wait`` seconds for a holder to let go, then raises
         ``LockUnavailable`` (which, uncaught, retries the job after a second)."""
+        from . import durations
+
+        seconds = durations.seconds(wait)
+        if seconds is None:
+            from .policy import shown
+
+            raise ValueError(f"ctx.lock({name!r}, wait={shown(wait)}): wait {durations.rule()}")
         if self._locker is None:
             raise RuntimeError("ctx.lock() is only available inside a worker")
-        return self._locker.hold(name, wait)
+        return self._locker.hold(name, seconds)
 
     @property
     def log(self) -> Any:

@@ -98,8 +98,11 @@ class Job(Base):
     namespace: Mapped[str] = mapped_column(Text, default="default", server_default="default")
     kind: Mapped[str] = mapped_column(Text)
     args: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
+    # The database's default alone, read back by the INSERT's RETURNING: a lane's job is
+    # made 'waiting' by the lane trigger on insert, and the model must say so after the
+    # flush (a Python-side default was sent as 'ready' and believed).
     status: Mapped[JobStatus] = mapped_column(
-        _status_type(JobStatus, "status"), default=JobStatus.READY, server_default="ready"
+        _status_type(JobStatus, "status"), server_default="ready"
     )
     priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
     """Lower runs first."""
@@ -274,6 +277,11 @@ class Job(Base):
         # Every field goes through policy's JOB_OPTION_CHECKS and the args through payload:
         # the same rules, and messages, as handler.job() and handler.jobs().
         _check_kind(kind)
+        # One rule for the namespace, whatever path enqueues the job: decided here, when it
+        # is built (namespace=, or handler.job()'s app), else 'default'. An Acta of another
+        # namespace refuses it rather than move it (Acta._check_kind).
+        if fields.get("namespace") is None:
+            fields["namespace"] = "default"
         if fields.get("run_at", False) is None:
             del fields["run_at"]  # None reads as "not given": due now, on the database clock
         if delay is not None:
@@ -302,13 +310,27 @@ class Job(Base):
         if value is None or (type(value) is str and value in _NAMESPACES):
             return value
         if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
-            raise InvalidJob(f"{self.kind or 'job'}: namespace={shown(value)} {NAMESPACE_RULE}")
+            raise InvalidJob(f"{self._kind_known()}: namespace={shown(value)} {NAMESPACE_RULE}")
         _remember(_NAMESPACES, value)
         return value
 
+    def _kind_known(self) -> str:
+        # The kind as this instance already holds it, never loaded: reading ``self.kind`` on
+        # an expired instance would run a SELECT (MissingGreenlet under an AsyncSession)
+        # just to name it in an error message.
+        return self.__dict__.get("kind") or "job"
+
     @validates("args")
     def _validate_args(self, _key: str, value: Any) -> Any:
-        args_json(self.kind or "job", value)
+        args_json(self._kind_known(), value)
+        return value
+
+    @validates("run_at")
+    def _validate_run_at(self, _key: str, value: Any) -> Any:
+        # A datetime set by hand (``job.run_at = ...``) passes the rule of Job(run_at=...);
+        # Job(delay=...) gives a SQL expression on the database clock.
+        if isinstance(value, datetime):
+            job_option(self._kind_known(), "run_at", value)
         return value
 
     @validates(
@@ -326,11 +348,11 @@ class Job(Base):
             return value
         if key == "parent_id":
             raise InvalidJob(
-                f"{self.kind or 'job'}: parent_id is set by acta when a parent's handler "
+                f"{self._kind_known()}: parent_id is set by acta when a parent's handler "
                 "returns WaitForChildren([...]); a job cannot be given a parent by hand "
                 "(see docs/waits.md)"
             )
-        return job_column(self.kind or "job", key, value)
+        return job_column(self._kind_known(), key, value)
 
     def __repr__(self) -> str:
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound, UniqueKeyHeld
 from .handler import JobBatch, Rows
-from .status import JobStatus
+from .status import TERMINAL_STATUSES, JobStatus
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -193,15 +193,30 @@ def cancel(
 def retry(session: Session, job_id: int) -> bool:
     """A finished job goes back to ``ready`` now with a fresh budget; False when it is not
     finished (or missing); ``UniqueKeyHeld`` when another job holds its unique key (nothing
-    changed, the transaction stays usable)."""
-    from . import queries
+    changed, the transaction stays usable).
 
-    if session.execute(queries.retry_job(job_id)).first() is not None:
-        return True
-    held = session.execute(queries.unique_key_holder(job_id)).first()
-    if held is not None:
-        raise UniqueKeyHeld(job_id, held[0], held[1], held[2])
-    return False
+    The write runs inside a SAVEPOINT: a racing retry or enqueue of the same key that
+    commits first makes it fail on the unique index (the holder was not yet visible when the
+    statement began), and only the savepoint is rolled back, so the caller's transaction
+    goes on and the refusal names the holder, now committed and visible."""
+    from . import queries
+    from .errors import DuplicateJob
+
+    while True:
+        try:
+            with session.begin_nested():
+                if session.execute(queries.retry_job(job_id)).first() is not None:
+                    return True
+        except DuplicateJob:
+            pass  # lost a race on the key: the holder committed meanwhile; name it below
+        held = session.execute(queries.unique_key_holder(job_id)).first()
+        if held is not None:
+            raise UniqueKeyHeld(job_id, held[0], held[1], held[2])
+        found = session.execute(queries.job_status(job_id)).first()
+        if found is None or JobStatus(found[0]) not in TERMINAL_STATUSES:
+            return False
+        # Still finished and no holder now: the racing holder finished too between the two
+        # statements. Try again.
 
 
 def signal_payload(name: object, payload: object) -> str:

@@ -451,6 +451,15 @@ class WorkerStore:
             rows = await self.claim_conn.fetch(self.sql.next_due_in, self.namespace)
         return rows[0][0] if rows else None
 
+    async def bounced_due_in(self, kinds: Sequence[str]) -> float | None:
+        """Seconds until the earliest job of ``kinds`` that admission bounced is due again
+        (negative: due now), None when none waits (``queries.claim.bounced_due_in``)."""
+        active = [k for k in kinds if k not in self.paused]
+        if not active:
+            return None
+        rows = await self.admin_conn.fetch(self.sql.bounced_due_in, self.namespace, active)
+        return rows[0][0] if rows else None
+
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
         write applied (the others' leases were lost, or an earlier try landed)."""

@@ -210,20 +210,6 @@ def _failure(
     return None
 
 
-def exit_on_user_error(call: Callable[[], R], command: str) -> R:
-    """``call()`` outside Typer (``acta worker``'s own path) with :func:`run_cli`'s rules:
-    a user's mistake is ``<command>: <what went wrong>`` on stderr and a non-zero exit."""
-    try:
-        return call()
-    except (Exception, KeyboardInterrupt) as exc:
-        found = _failure(exc)
-        if found is None:
-            raise
-        message, code = found
-        print(f"{command}: {message}", file=sys.stderr, flush=True)
-        raise SystemExit(code) from None
-
-
 def command_path(fn: Callable[..., Any]) -> str:
     """``acta db upgrade`` for ``upgrade`` in ``acta_sqla.cli.db``; ``acta worker`` for a
     command of the top level (its own module, or this package)."""

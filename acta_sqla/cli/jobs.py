@@ -49,7 +49,14 @@ def _run(database_url: str | None, work: Callable[[AsyncSession], Awaitable[T]])
 
 
 def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+    if value is None:
+        return "-"
+    # The readers clamp a timestamp out of Python's range (queries.inspect._shown_time).
+    if value.year >= 9999:
+        return "beyond year 9999"
+    if value.year <= 1 and value.month == 1 and value.day <= 2:
+        return "before 0001-01-02"
+    return str(value.strftime("%Y-%m-%d %H:%M:%S"))
 
 
 @app.command("ls")

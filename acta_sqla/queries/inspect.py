@@ -7,14 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    DateTime,
     Delete,
     Double,
     Executable,
     Select,
     Text,
+    case,
     cast,
     delete,
     func,
+    literal_column,
     select,
     true,
     tuple_,
@@ -37,6 +40,22 @@ from ..models import (
 )
 from ..status import TERMINAL_STATUSES, JobStatus
 
+SHOWN_FIRST = "0001-01-02 00:00:00+00"
+SHOWN_LAST = "9999-12-30 00:00:00+00"
+"""The range of a timestamp as the readers show it: a day inside Python's datetime range
+(years 1..9999) at both ends, so it stays in range in any time zone."""
+
+
+def _shown_time(column: Any) -> Any:
+    """A job's timestamp clamped into :data:`SHOWN_FIRST` .. :data:`SHOWN_LAST` (a signal
+    wait's ``infinity`` too): a due time out of Python's range, left by older code (before
+    the one bound of ``durations.py``) or a hand-written UPDATE, is shown at the end of the
+    range instead of crashing the driver's decoding (``OverflowError``) and every reader."""
+    first = cast(literal_column(f"'{SHOWN_FIRST}'"), DateTime(timezone=True))
+    last = cast(literal_column(f"'{SHOWN_LAST}'"), DateTime(timezone=True))
+    return case((column > last, last), (column < first, first), else_=column).label(column.key)
+
+
 JOB_COLUMNS = (
     Job.id,
     Job.namespace,
@@ -45,9 +64,9 @@ JOB_COLUMNS = (
     Job.priority,
     Job.attempts,
     Job.max_attempts,
-    Job.run_at,
-    Job.created_at,
-    Job.finished_at,
+    _shown_time(Job.run_at),
+    _shown_time(Job.created_at),
+    _shown_time(Job.finished_at),
 )
 """The columns of a job in a listing (no payloads: a page of jobs stays small)."""
 
@@ -63,9 +82,9 @@ JOB_DETAIL_COLUMNS = (
     Job.parent_id,
     Job.execution_id,
     Job.worker_id,
-    Job.claimed_at,
-    Job.started_at,
-    Job.lease_expires_at,
+    _shown_time(Job.claimed_at),
+    _shown_time(Job.started_at),
+    _shown_time(Job.lease_expires_at),
     Job.cancel_requested,
     Job.awaited_signal,
     Job.pending_children,

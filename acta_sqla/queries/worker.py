@@ -39,6 +39,7 @@ class WorkerSQL:
         self.claim_jobs_unpaused = claim.claim_jobs_unpaused(schema)
         self.claim_plain_unpaused = claim.claim_plain_unpaused(schema)
         self.next_due_in_unpaused = claim.next_due_in_unpaused(schema)
+        self.bounced_due_in = claim.bounced_due_in(schema)
         self.complete_executions = complete.complete_executions(schema)
         self.complete_plain = complete.complete_plain(schema)
         self.register_worker = workers.register_worker(schema)

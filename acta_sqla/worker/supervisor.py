@@ -58,6 +58,9 @@ FLUSH_SECONDS = 30.0
 them (their rows then come back through recovery); after a second signal a failed write
 is not repeated at all."""
 
+BURST_RECHECK = 0.05
+"""A burst worker's shortest wait before it looks again for a bounced job that is due."""
+
 
 class Worker:
     """One worker process's pipeline for one namespace.
@@ -338,7 +341,24 @@ class Worker:
                 and self.completed.empty()
             ):
                 if self.claimer.idle_since >= self.finalizer.written_at:
-                    return
+                    # Nothing due. Done, unless admission bounced a job (no free slot of its
+                    # concurrency key, or its rate window): it waits for its slot or window,
+                    # not for a time its enqueuer chose, so the burst runs it too. A job
+                    # delayed on purpose (delay, run_at, a retry's back-off) stays.
+                    assert self.store is not None
+                    try:
+                        due_in = await self.store.bounced_due_in(list(self.acta.handlers))
+                    except Exception as exc:  # the database is away: ask again, as the
+                        # claimer does (the lifeline stops a worker that cannot reach it)
+                        log.warning("burst: could not look for bounced jobs: {}", exc)
+                        await self.clock.wait(self._stop_requested, 1.0)
+                        continue
+                    if due_in is None:
+                        return
+                    # The claimer wakes by itself when the job is due; look again then.
+                    await self.clock.wait(self._stop_requested, max(due_in, BURST_RECHECK))
+                    self.claimer.wake(probe=True)
+                    continue
                 # The last completion may have made rows due (a parent, a lane's next
                 # job), and a suspect may have become due: one more claim, a probing one,
                 # before calling it done.
