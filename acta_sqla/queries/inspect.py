@@ -303,8 +303,12 @@ def _since(seconds: float) -> Any:
 
 def _queue_wait() -> Any:
     """Seconds a job's last attempt waited from due to claimed (its ``run_at``, which a
-    retry's back-off moved, to its ``claimed_at``); NULL for a job no worker claimed."""
-    return func.greatest(func.extract("epoch", Job.claimed_at - Job.run_at), 0)
+    retry's back-off moved, to its ``claimed_at``); NULL for a job no worker claimed, and
+    for a due time that is not a time (a signal wait's ``infinity``, which PostgreSQL
+    cannot subtract)."""
+    waited = func.greatest(func.extract("epoch", Job.claimed_at - Job.run_at), 0)
+    finite = func.isfinite(Job.run_at) & func.isfinite(Job.claimed_at)
+    return case((finite, waited))
 
 
 def finished_series(

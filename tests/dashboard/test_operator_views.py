@@ -356,8 +356,17 @@ async def test_the_overview_charts_throughput_failures_and_queue_wait_as_svg(
     wait = re.search(r'<svg class="chart chart-wait".*?</svg>', html, re.S)
     assert wait and "UTC: 3.60 s" in wait.group(0)  # (4 x 4 s + 2 s) / 5
 
+    # A signal wait without a timeout cancelled: its due time is infinity, no wait to chart.
+    infinite = await add_job("report", JobStatus.CANCELLED, claimed_at=datetime.now(UTC))
+    await async_session.execute(
+        text("UPDATE acta.job SET run_at = 'infinity' WHERE id = :id"), {"id": infinite}
+    )
+    await async_session.commit()
+    assert (await client.get("/")).status_code == 200
+    assert (await client.get("/definitions")).status_code == 200
+
     day = (await client.get("/", params={"chart": "24h"})).text
-    assert "Throughput per hour over the last day: 6 jobs in the last day" in day
+    assert "Throughput per hour over the last day: 7 jobs in the last day" in day
     assert (await client.get("/", params={"chart": "1y"})).status_code == 400
 
 
