@@ -62,8 +62,11 @@ def _number(value: float, unit: str) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
 
 
-def _nice(peak: float) -> float:
-    """A round top for the y axis at or above ``peak``."""
+def _nice(peak: float, whole: bool) -> float:
+    """A round top for the y axis at or above ``peak``; for counts (``whole``) an even
+    whole number, so that the middle line is a whole number too."""
+    if whole:
+        peak = max(peak, 1.0)
     if peak <= 0:
         return 1.0
     step = 1.0
@@ -71,8 +74,9 @@ def _nice(peak: float) -> float:
         step *= 10
     while step > peak and step > 0.01:
         step /= 10
-    for factor in (1, 2, 5, 10):
-        if step * factor >= peak:
+    factors = (2, 4, 10) if whole else (1, 2, 5, 10)
+    for factor in factors:
+        if step * factor >= peak and (not whole or step * factor >= 2):
             return step * factor
     return step * 10
 
@@ -88,7 +92,7 @@ def chart(series: Series, metric_name: str) -> Markup:
     values = [metric.value(b) for b in series.buckets]
     present = [v for v in values if v is not None]
     peak = max(present, default=0.0)
-    top = _nice(peak)
+    top = _nice(peak, metric.total)
     plot_w, plot_h = WIDTH - LEFT - 4, HEIGHT - TOP - BOTTOM
     n = max(len(values), 1)
     slot = plot_w / n
