@@ -199,15 +199,27 @@ class Acta:
         """``enqueue_many`` for a synchronous ``Session``."""
         return _session.enqueue_many(session, self._rows(jobs))
 
-    async def cancel(self, session: AsyncSession, job_id: int) -> CancelOutcome:
+    async def cancel(
+        self,
+        session: AsyncSession,
+        job_id: int,
+        *,
+        reason: str | None = None,
+        by: str | None = "api",
+    ) -> CancelOutcome:
         """Cancel a job in the session's transaction: a ready or waiting job ends
         ``cancelled`` at once ("cancelled"); an executing one is asked to stop, and its
         worker's next heartbeat cancels the handler ("requested"). "finished" means it had
-        already ended, "missing" that no such job exists."""
-        return await session.run_sync(lambda s: _session.cancel(s, job_id))
+        already ended, "missing" that no such job exists. Who cancelled it (``by``, at most
+        200 characters) and why (``reason``, at most 1,000) are stored with the job and
+        shown by the dashboard and ``acta jobs show`` (``ValueError`` for other text)."""
+        return await session.run_sync(lambda s: _session.cancel(s, job_id, reason=reason, by=by))
 
-    def cancel_sync(self, session: Session, job_id: int) -> CancelOutcome:
-        return _session.cancel(session, job_id)
+    def cancel_sync(
+        self, session: Session, job_id: int, *, reason: str | None = None, by: str | None = "api"
+    ) -> CancelOutcome:
+        """``cancel`` for a synchronous ``Session``."""
+        return _session.cancel(session, job_id, reason=reason, by=by)
 
     async def retry(self, session: AsyncSession, job_id: int) -> bool:
         """Send a finished job (succeeded, failed or cancelled) back to ``ready`` now with a

@@ -276,10 +276,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -402,10 +408,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -734,10 +746,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -1466,8 +1484,8 @@ UPDATE acta.namespace SET definitions_version=(acta.namespace.definitions_versio
 
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once; a durable wait it was
 --   parked in is over (no awaited signal, no pending children: the terminal-effects trigger reads
---   the old values to cancel the children and hand a lane on).
-UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+--   the old values to cancel the children and hand a lane on). Who and why are recorded.
+UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
 -- session.definition_for_update: A kind's stored definition (declared policy and overrides), locked
 --   until commit so that two operators' changes apply one after the other.
@@ -1496,14 +1514,14 @@ FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT FOR UPDATE;
 
 -- session.request_cancel: An executing job is asked to stop: its worker's next heartbeat cancels
---   the handler.
-UPDATE acta.job SET cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
+--   the handler. Who and why are recorded (the completion that ends it keeps them).
+UPDATE acta.job SET last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
 
 -- session.retry_job: An operator's retry: a finished job goes back to 'ready' now with a fresh
---   budget, as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not
---   one that follows a wait). Signals it received stay. Not while another job holds its unique key
---   (:func:`unique_key_holder`). The only way out of a terminal state.
-UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
+--   budget, as a fresh start: no result, no wait it was in, no cancel record, no ``resumed`` (its
+--   first run is not one that follows a wait). Signals it received stay. Not while another job
+--   holds its unique key (:func:`unique_key_holder`). The only way out of a terminal state.
+UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, last_error=(acta.job.last_error - 'cancel'::text), cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
 FROM acta.job AS job_1
 WHERE job_1.namespace = acta.job.namespace AND job_1.unique_key = acta.job.unique_key AND job_1.status IN (__[POSTCOMPILE_status_2]))) RETURNING acta.job.id;
 
@@ -1547,6 +1565,23 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_2)s GROUP BY acta.job.kind, acta.job.status;
 
+-- inspect.count_due_later: The Scheduled or Retrying view's size, counting no further than
+--   ``limit``.
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
+-- inspect.count_jobs_up_to: How many jobs match a filter, counting no further than ``limit``: exact
+--   for a small set (read from an index where one serves the filter), never a scan of a big one
+--   (the count stops at ``limit``; the caller then takes the planner's estimate).
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
 -- inspect.delete_finished_jobs: An operator's delete: the given jobs, if finished (an active job is
 --   never deleted under its worker); RETURNING the ids deleted.
 DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
@@ -1555,6 +1590,18 @@ DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.st
 --   their job).
 DELETE FROM acta.execution WHERE acta.execution.job_id IN (__[POSTCOMPILE_job_id_1]);
 
+-- inspect.due_later: The Scheduled (``retrying`` False) or Retrying view: ready jobs due later,
+--   soonest first, keyset-paged on (run_at, id) after ``after``; with the last error (a retry's).
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.last_error
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER ORDER BY acta.job.run_at, acta.job.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.estimate_due_later: The planner's estimate of the Scheduled or Retrying view's size.
+EXPLAIN (FORMAT JSON) SELECT acta.job.id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts = %(attempts_1)s::INTEGER;
+
 -- inspect.estimate_jobs: The planner's estimate of how many jobs match a filter (a listing's count:
 --   exact would scan every matching row, a million for "succeeded").
 EXPLAIN (FORMAT JSON) SELECT acta.job.id
@@ -1562,18 +1609,28 @@ FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR;
 
 -- inspect.failed_ids: Ids of one failure group (failed in the last ``seconds`` with this error
---   type; "" for no recorded type), newest first, at most ``limit`` (a group action's batch).
+--   type; "" for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
+--   (a group action's batch).
 SELECT acta.job.id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR ORDER BY acta.job.id DESC
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
 
--- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by error type: count, first
---   and last seen, the newest one's id (the sample); through the finished index's time range.
-SELECT coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
+-- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by kind and error type (one
+--   group for "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
+--   first and last seen, the newest one's id (the sample); through the finished index's time range.
+SELECT acta.job.kind AS kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
  LIMIT %(param_1)s::INTEGER;
+
+-- inspect.finished_series: The charts: jobs finished in the last ``seconds`` (of ``kind``, None:
+--   every kind) in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded,
+--   failed and cancelled, and the mean queue wait of those claimed. Through the finished index's
+--   range (``job_prune_idx`` for one kind): the cost of the window, not of the history.
+SELECT floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s AS bucket, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.kind = %(kind_1)s::VARCHAR GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
 
 -- inspect.finished_since: (kind, status, count) of the jobs that finished in the last ``seconds``
 --   (throughput and failures), through the finished index's range on (namespace, finished_at).
@@ -1618,6 +1675,14 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.concurrency_key
 SELECT acta.concurrency_slot.job_id, acta.concurrency_slot.execution_id, acta.concurrency_slot.worker_id, acta.concurrency_slot.acquired_at
 FROM acta.concurrency_slot
 WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concurrency_slot.key = %(key_1)s::VARCHAR ORDER BY acta.concurrency_slot.acquired_at;
+
+-- inspect.kind_rates: Each kind's live numbers over the last ``seconds``: jobs succeeded, failed
+--   and cancelled, the median and 95th percentile of their last attempt's run time (started to
+--   finished, from that attempt's history row, found by primary key), and the mean queue wait.
+--   Through the finished index's range.
+SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+FROM acta.job LEFT OUTER JOIN acta.execution ON acta.execution.job_id = acta.job.id AND acta.execution.id = acta.job.execution_id
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
 
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
 --   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.
