@@ -262,7 +262,7 @@ def status(
     if namespace is None:
         summaries = _run(database_url, lambda session: inspect.namespace_summaries(session))
         if not summaries:
-            typer.echo("no namespaces yet (a worker registers its namespace when it starts)")
+            typer.echo("no namespaces yet (no jobs, workers or definitions in this database)")
             return
         typer.echo(f"{'namespace':<24}" + "".join(f"{s:>11}" for s in statuses) + "    workers")
         for ns, depth, alive in summaries:

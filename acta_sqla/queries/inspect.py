@@ -21,6 +21,7 @@ from sqlalchemy import (
     select,
     true,
     tuple_,
+    union,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import distinct_on
@@ -463,9 +464,48 @@ def list_locks(namespace: str, limit: int) -> Select[tuple[object, ...]]:
     )
 
 
+def _inline(status: JobStatus) -> Any:
+    """A status written into the statement, not bound: a partial index's predicate is
+    matched by the planner against constants (a generic plan's parameters never match)."""
+    return literal_column(f"'{status.value}'")
+
+
+def _job_namespaces(name: str, *where: Any) -> Any:
+    """The distinct namespaces of the jobs matching ``where`` (a partial index's predicate,
+    leading with the namespace), by a skip scan: one index probe per namespace, whatever
+    the number of jobs (a recursive CTE; NULL ends it)."""
+    first = select(Job.namespace.label("ns")).where(*where).order_by(Job.namespace).limit(1)
+    found = first.cte(name, recursive=True)
+    following = (
+        select(Job.namespace)
+        .where(*where, Job.namespace > found.c.ns)
+        .order_by(Job.namespace)
+        .limit(1)
+        .scalar_subquery()
+    )
+    found = found.union_all(select(following).where(found.c.ns.is_not(None)))
+    return select(found.c.ns).where(found.c.ns.is_not(None))
+
+
 def list_namespaces(limit: int) -> Select[tuple[str]]:
-    """The namespaces workers have registered (the dashboard's namespace switcher)."""
-    return select(Namespace.name).order_by(Namespace.name).limit(limit)
+    """The namespaces this database knows of (``acta status``, the dashboard's namespace
+    switcher): those workers registered, with workers or definitions, and those with
+    ready, executing or finished jobs (jobs enqueued before any worker started: their
+    namespace has no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and
+    job_finished_idx, never a scan of acta.job."""
+    known = union(
+        select(Namespace.name.label("name")),
+        select(Worker.namespace),
+        select(Definition.namespace),
+        _job_namespaces("ready_ns", Job.status == _inline(JobStatus.READY)),
+        _job_namespaces(
+            "executing_ns",
+            Job.status == _inline(JobStatus.EXECUTING),
+            Job.lease_expires_at.is_not(None),
+        ),
+        _job_namespaces("finished_ns", Job.status.in_([_inline(s) for s in TERMINAL_STATUSES])),
+    ).subquery("known")
+    return select(known.c.name).order_by(known.c.name).limit(limit)
 
 
 def delete_finished_jobs(job_ids: list[int]) -> Delete:

@@ -1139,6 +1139,39 @@ JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE n.nspname = 'acta' AND t.relname IN ('job', 'execution')
 ORDER BY t.relname, i.relname;
 
+-- doctor.known_namespaces: The namespaces this database knows of, by name (at most
+--   KNOWN_NAMESPACES_CAP): those registered (a worker's start writes the namespace row), with
+--   workers or definitions, and those with ready, executing or finished jobs (a namespace no worker
+--   ever served has only those; a waiting job's namespace had a worker). The jobs' are found by
+--   skip scans of job_due_idx, job_lease_idx and job_finished_idx (one index probe per namespace
+--   each), never a scan of acta.job.
+WITH RECURSIVE ready(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status = 'ready' ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status = 'ready' AND namespace > ready.ns ORDER BY namespace LIMIT 1)
+    FROM ready WHERE ready.ns IS NOT NULL), executing(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status = 'executing' AND lease_expires_at IS NOT NULL ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status = 'executing' AND lease_expires_at IS NOT NULL AND namespace > executing.ns ORDER BY namespace LIMIT 1)
+    FROM executing WHERE executing.ns IS NOT NULL), finished(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status IN ('succeeded', 'failed', 'cancelled') ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status IN ('succeeded', 'failed', 'cancelled') AND namespace > finished.ns ORDER BY namespace LIMIT 1)
+    FROM finished WHERE finished.ns IS NOT NULL)
+SELECT name FROM (
+    SELECT name FROM "acta".namespace
+    UNION SELECT namespace FROM "acta".worker
+    UNION SELECT namespace FROM "acta".definition
+    UNION SELECT ns FROM ready WHERE ns IS NOT NULL
+    UNION SELECT ns FROM executing WHERE ns IS NOT NULL
+    UNION SELECT ns FROM finished WHERE ns IS NOT NULL
+) AS known
+ORDER BY name
+LIMIT 50;
+
 -- doctor.late_waits: Signal waits of namespace :namespace still 'waiting' past their deadline (a
 --   heartbeat wakes them within one beat): how many (looking at FINDINGS_CAP at most) and how long
 --   the oldest is past it. Served by job_wait_deadline_idx.
@@ -1152,6 +1185,22 @@ FROM (
     LIMIT 10000
 ) AS late;
 
+-- doctor.namespace_workers: The workers of namespace :namespace as recovery sees them: how many are
+--   live (running and heard from within :dead_beats of their own beats), the longest beat a live
+--   one registered, and the beat of the one heard from last (live or not). The worker table holds a
+--   row per worker start (pruned), so this reads few rows.
+SELECT count(*) FILTER (WHERE live) AS live,
+       max(heartbeat_seconds) FILTER (WHERE live) AS live_beat,
+       (array_agg(heartbeat_seconds ORDER BY heartbeat_at DESC NULLS LAST))[1]
+           AS last_beat
+FROM (
+    SELECT heartbeat_seconds, heartbeat_at,
+           status = 'running' AND heartbeat_at >= now()
+               - make_interval(secs => :dead_beats * heartbeat_seconds) AS live
+    FROM "acta".worker
+    WHERE namespace = :namespace
+) AS w;
+
 -- doctor.prepared_transactions: Prepared (two-phase) transactions of this database: each holds
 --   vacuum's horizon, even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED.
 SELECT gid, owner, age(transaction) AS xmin_age,
@@ -1160,6 +1209,17 @@ FROM pg_prepared_xacts
 WHERE database = current_database()
 ORDER BY prepared
 LIMIT 20;
+
+-- doctor.ready_backlog: Jobs of namespace :namespace ready and due now: how many (looking at
+--   FINDINGS_CAP at most) and how long the oldest has been due. Served by job_due_idx.
+SELECT count(*) AS rows,
+       extract(epoch FROM now() - min(run_at))::float8 AS oldest_seconds
+FROM (
+    SELECT run_at FROM "acta".job
+    WHERE namespace = :namespace AND status = 'ready' AND run_at <= now()
+    ORDER BY run_at
+    LIMIT 10000
+) AS due;
 
 -- doctor.recently_dead_workers: Workers of namespace :namespace that recovery marked dead in the
 --   last :window seconds (crashed or cut off: their jobs came back through recovery). At most 20.
@@ -1685,11 +1745,53 @@ FROM acta.lock
 WHERE acta.lock.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.lock.name
  LIMIT %(param_1)s::INTEGER;
 
--- inspect.list_namespaces: The namespaces workers have registered (the dashboard's namespace
---   switcher).
-SELECT acta.namespace.name
-FROM acta.namespace ORDER BY acta.namespace.name
- LIMIT %(param_1)s::INTEGER;
+-- inspect.list_namespaces: The namespaces this database knows of (``acta status``, the dashboard's
+--   namespace switcher): those workers registered, with workers or definitions, and those with
+--   ready, executing or finished jobs (jobs enqueued before any worker started: their namespace has
+--   no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and job_finished_idx, never
+--   a scan of acta.job.
+WITH RECURSIVE ready_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status = 'ready' ORDER BY acta.job.namespace
+ LIMIT %(param_1)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status = 'ready' AND acta.job.namespace > ready_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_2)s::INTEGER) AS anon_1
+FROM ready_ns
+WHERE ready_ns.ns IS NOT NULL),
+executing_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status = 'executing' AND acta.job.lease_expires_at IS NOT NULL ORDER BY acta.job.namespace
+ LIMIT %(param_3)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status = 'executing' AND acta.job.lease_expires_at IS NOT NULL AND acta.job.namespace > executing_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_4)s::INTEGER) AS anon_2
+FROM executing_ns
+WHERE executing_ns.ns IS NOT NULL),
+finished_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status IN ('succeeded', 'failed', 'cancelled') ORDER BY acta.job.namespace
+ LIMIT %(param_5)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.namespace > finished_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_6)s::INTEGER) AS anon_3
+FROM finished_ns
+WHERE finished_ns.ns IS NOT NULL)
+ SELECT known.name
+FROM (SELECT acta.namespace.name AS name
+FROM acta.namespace UNION SELECT acta.worker.namespace AS namespace
+FROM acta.worker UNION SELECT acta.definition.namespace AS namespace
+FROM acta.definition UNION SELECT ready_ns.ns AS ns
+FROM ready_ns
+WHERE ready_ns.ns IS NOT NULL UNION SELECT executing_ns.ns AS ns
+FROM executing_ns
+WHERE executing_ns.ns IS NOT NULL UNION SELECT finished_ns.ns AS ns
+FROM finished_ns
+WHERE finished_ns.ns IS NOT NULL) AS known ORDER BY known.name
+ LIMIT %(param_7)s::INTEGER;
 
 -- inspect.list_schedule_rows: The namespace's schedules with their pending fire and their latest
 --   finished fire.
