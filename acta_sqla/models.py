@@ -294,7 +294,7 @@ class Job(Base):
         elif "run_at" in fields:
             job_option(kind, "run_at", fields["run_at"])
         if "trace_context" not in fields:
-            traced = current_context()
+            traced = current_context(kind, fields.get("namespace"))
             if traced is not None:
                 fields["trace_context"] = traced
         super().__init__(kind=kind, args={} if args is None else args, **fields)

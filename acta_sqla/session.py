@@ -137,23 +137,55 @@ def enqueue_many(session: Session, rows: Rows) -> list[EnqueueResult]:
     return [r for r in results if r is not None]
 
 
-def cancel(session: Session, job_id: int) -> CancelOutcome:
+MAX_CANCEL_REASON = 1000
+"""Characters of a cancel's reason at most."""
+MAX_CANCEL_BY = 200
+"""Characters of a cancel's ``by`` (who cancelled) at most."""
+
+
+def cancel_note(field: str, value: object, maximum: int) -> str | None:
+    """A cancel's ``by`` or ``reason`` checked before the database: None or text of at
+    most ``maximum`` characters that PostgreSQL can store (no NUL, no lone surrogate);
+    ``ValueError`` naming the field otherwise. Surrounding blanks are dropped; blank is
+    None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be text, got {type(value).__name__}")
+    text = value.strip()
+    if "\x00" in text:
+        raise ValueError(f"{field} holds a NUL character (\\x00), which PostgreSQL cannot store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{field} holds a lone surrogate, which is not valid text") from None
+    if len(text) > maximum:
+        raise ValueError(f"{field} is {len(text):,} characters long; at most {maximum:,}")
+    return text or None
+
+
+def cancel(
+    session: Session, job_id: int, *, reason: str | None = None, by: str | None = None
+) -> CancelOutcome:
     """A ready or waiting job ends ``cancelled`` at once; an executing one is asked to stop.
 
     The row is locked first and the decision made on what it says then: a completion
     committing meanwhile (a retry, a bounce, a park in a wait) is waited for, and its
-    outcome cancelled, never mistaken for a finished job."""
+    outcome cancelled, never mistaken for a finished job. Who cancelled it (``by``) and
+    why (``reason``) are stored with the job, in ``last_error["cancel"]``."""
     from . import queries
 
+    by = cancel_note("by", by, MAX_CANCEL_BY)
+    reason = cancel_note("reason", reason, MAX_CANCEL_REASON)
     found = session.execute(queries.lock_job_status(job_id)).first()
     if found is None:
         return "missing"
     status = JobStatus(found[0])
     if status in (JobStatus.READY, JobStatus.WAITING):
-        session.execute(queries.cancel_waiting(job_id))
+        session.execute(queries.cancel_waiting(job_id, by, reason))
         return "cancelled"
     if status is JobStatus.EXECUTING:
-        session.execute(queries.request_cancel(job_id))
+        session.execute(queries.request_cancel(job_id, by, reason))
         return "requested"
     return "finished"
 

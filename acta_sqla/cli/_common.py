@@ -98,12 +98,15 @@ def cli_namespace(given: str | None) -> str:
 
 def configure_logging(level: str = "INFO") -> None:
     """Send acta's logs to stderr, one short line each. Only the CLI does this: the library
-    itself never configures log sinks."""
+    itself never configures log sinks. A line about a job ends with its id, kind, attempt
+    and trace id (``acta_sqla.logging.worker_format``)."""
+    from ..logging import worker_format
+
     logger.remove()
     logger.add(
         sys.stderr,
         level=level,
-        format="<dim>{time:HH:mm:ss}</dim> <level>{level: <7}</level> {message}",
+        format=worker_format,
         backtrace=False,
         diagnose=False,
     )

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import inspect
 from ..errors import ActaError, DatabaseUnavailable, StoreUnavailable, UniqueKeyHeld
+from ..session import MAX_CANCEL_BY
 from ..status import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from . import actions
 from .security import (
@@ -75,6 +76,12 @@ STATEMENT_TIMEOUT_MS = 5000
 """No page may hold the database longer than this (a filter no index serves fails with a
 message instead of scanning on)."""
 
+CHART_WINDOWS = {"1h": (3600.0, 60.0), "24h": (86_400.0, 3600.0)}
+"""The charts' windows: (seconds, bucket): per minute over the last hour, per hour over
+the last day."""
+RATE_SECONDS = 300.0
+"""The Kinds page's live numbers are over the last 5 minutes."""
+
 WINDOWS = {"1h": 3600.0, "24h": 86_400.0, "7d": 7 * 86_400.0}
 """The failures page's time windows: a group is counted over the finished index's range,
 so a shorter window is cheaper on a big history."""
@@ -112,6 +119,9 @@ MESSAGES = {
     "fired": "Extra fire enqueued: it runs now, beside the schedule's cadence.",
     "schedule-missing": "No such schedule in this namespace.",
     "kind-missing": "No such kind stored in this namespace.",
+    "policy-set": "Policy changed: every worker of the namespace applies it within one heartbeat.",
+    "policy-unchanged": "Nothing changed: every value was already the kind's.",
+    "policy-reset": "Overrides dropped: the declared policy applies within one heartbeat.",
 }
 """Messages shown after an action, by code (the redirect names the code, never text)."""
 
@@ -249,6 +259,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["when"] = _when
+    env.filters["when_text"] = _when_text
     env.filters["pretty"] = _pretty
     env.filters["num"] = lambda n: f"{n:,}"
     return env
@@ -262,6 +273,14 @@ def _when(value: datetime | None) -> Markup:
     return Markup('<time datetime="{}" title="{}">{}</time>').format(
         value.isoformat(), absolute, _relative(value)
     )
+
+
+def _when_text(value: Any) -> Markup | str:
+    """A time stored as ISO text in a JSON field (a cancel's ``at``), as :func:`_when`."""
+    try:
+        return _when(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value)
 
 
 def _relative(value: datetime) -> str:
@@ -783,6 +802,8 @@ def _routes(config: Config) -> list[Any]:
         post("/jobs/bulk", jobs_bulk, "jobs_bulk"),
         get("/jobs/{job_id:acta_id}", job, "job"),
         post("/jobs/{job_id:acta_id}/{op:str}", job_action, "job_action"),
+        get("/scheduled", scheduled, "scheduled"),
+        get("/retrying", retrying, "retrying"),
         get("/failures", failures, "failures"),
         post("/failures/{op:str}", failures_action, "failures_action"),
         get("/workers", workers, "workers"),
@@ -794,11 +815,26 @@ def _routes(config: Config) -> list[Any]:
         get("/schedules", schedules, "schedules"),
         post("/schedules/{name:acta_name}/{op:str}", schedule_action, "schedule_action"),
         get("/definitions", definitions, "definitions"),
+        get("/definitions/{kind:acta_name}", definition, "definition"),
         post("/definitions/{kind:acta_name}/{op:str}", definition_action, "definition_action"),
+        Route("/favicon.ico", _favicon, methods=["GET"], name="favicon"),
         Route("/login", _login(config), methods=["GET", "POST"], name="login"),
         Route("/logout", _logout(config), methods=["POST"], name="logout"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
+
+
+FAVICON = HERE / "static" / "favicon.svg"
+
+
+async def _favicon(request: Request) -> Response:
+    """The icon at the path a browser asks for when a page names none (each page names
+    ``static/favicon.svg``; this answers ``/favicon.ico``, which was a 404 on every page)."""
+    return Response(
+        FAVICON.read_bytes(),
+        media_type="image/svg+xml",
+        headers={**SECURITY_HEADERS, "Cache-Control": "public, max-age=86400"},
+    )
 
 
 def _bad_input(endpoint: Callable[[Request], Awaitable[Response]]) -> Any:
@@ -815,7 +851,25 @@ def _bad_input(endpoint: Callable[[Request], Awaitable[Response]]) -> Any:
 # ---------------------------------------------------------------------------- pages
 
 
+def _chart_window(ctx: Ctx) -> str:
+    window = ctx.request.query_params.get("chart") or "1h"
+    if window not in CHART_WINDOWS:
+        raise BadInput(f"chart must be one of {', '.join(CHART_WINDOWS)}; got {window[:40]!r}")
+    return window
+
+
+async def _charts(
+    ctx: Ctx, session: AsyncSession, window: str, kind: str | None = None
+) -> list[tuple[str, Markup]]:
+    from .charts import charts
+
+    seconds, step = CHART_WINDOWS[window]
+    series = await inspect.history(session, ctx.namespace, seconds=seconds, step=step, kind=kind)
+    return charts(series)
+
+
 async def overview(ctx: Ctx, session: AsyncSession) -> Response:
+    window = _chart_window(ctx)
     view = await inspect.overview(session, ctx.namespace)
     pinned = ctx.config.namespaces
     names = sorted(pinned) if pinned is not None else await inspect.namespaces(session)
@@ -826,6 +880,10 @@ async def overview(ctx: Ctx, session: AsyncSession) -> Response:
         statuses=list(JobStatus),
         active_statuses=(JobStatus.READY, JobStatus.EXECUTING),
         terminal_statuses=TERMINAL_STATUSES,
+        charts=await _charts(ctx, session, window),
+        chart_window=window,
+        chart_windows=list(CHART_WINDOWS),
+        chart_url=lambda w: ctx.url("overview", query={"chart": w}),
         live=True,
     )
 
@@ -868,14 +926,17 @@ async def jobs(ctx: Ctx, session: AsyncSession) -> Response:
             limit=PAGE_SIZE,
         )
         rows, next_before, searched_to = listed.jobs, listed.next_before_id, None
-    counts = {s: await inspect.estimate_jobs(session, ns, s, f["kind"]) for s in JobStatus}
+    counts = {s: await inspect.count_jobs(session, ns, s, f["kind"]) for s in JobStatus}
     keep = {"status": f["status"], "kind": f["kind"], "q": f["text"]}
+    budgets = await inspect.attempt_budgets(session, ns)
     return ctx.render(
         "jobs.html",
         jobs=rows,
+        budget_of=lambda j: inspect.budget_of(j, budgets),
         filters=f,
         counts=counts,
-        total=await inspect.estimate_jobs(session, ns, f["status"], f["kind"]),
+        total=await inspect.count_jobs(session, ns, f["status"], f["kind"]),
+        exact_up_to=inspect.EXACT_UP_TO,
         next_url=ctx.url("jobs", query={**keep, "before": next_before}) if next_before else None,
         first_url=ctx.url("jobs", query=keep) if f["before"] else None,
         status_url=lambda s: ctx.url("jobs", query={**keep, "status": s, "before": None}),
@@ -897,12 +958,62 @@ async def job(ctx: Ctx, session: AsyncSession) -> Response:
     traceback = None
     if detail.status == JobStatus.FAILED or detail.last_error:
         traceback = await inspect.last_traceback(session, job_id)
+    budgets = await inspect.attempt_budgets(session, detail.namespace)
     return ctx.render(
         "job.html",
         job=detail,
+        budget=inspect.budget_of(detail, budgets),
         traceback=traceback,
         finished=detail.status in TERMINAL_STATUSES,
         live=detail.status not in TERMINAL_STATUSES,
+    )
+
+
+async def scheduled(ctx: Ctx, session: AsyncSession) -> Response:
+    return await _due_later(ctx, session, retrying=False)
+
+
+async def retrying(ctx: Ctx, session: AsyncSession) -> Response:
+    return await _due_later(ctx, session, retrying=True)
+
+
+def _after(ctx: Ctx) -> tuple[datetime, int] | None:
+    """The keyset of a Scheduled or Retrying page: ``after_at`` (ISO time) and
+    ``after_id``, both or neither."""
+    query = ctx.request.query_params
+    at, after_id = query.get("after_at"), _int(query.get("after_id"), "after_id")
+    if not at and after_id is None:
+        return None
+    if not at or after_id is None:
+        raise BadInput("after_at and after_id go together: give both or neither")
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        raise BadInput(f"after_at must be an ISO 8601 time, got {at[:40]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when, after_id
+
+
+async def _due_later(ctx: Ctx, session: AsyncSession, *, retrying: bool) -> Response:
+    after = _after(ctx)
+    name = "retrying" if retrying else "scheduled"
+    due = await inspect.due_later(
+        session, ctx.namespace, retrying=retrying, after=after, limit=PAGE_SIZE
+    )
+    budgets = await inspect.attempt_budgets(session, ctx.namespace)
+    next_url = None
+    if due.next_after is not None:
+        at, last_id = due.next_after
+        next_url = ctx.url(name, query={"after_at": at.isoformat(), "after_id": last_id})
+    return ctx.render(
+        "due.html",
+        retrying=retrying,
+        due=due,
+        budget_of=lambda j: inspect.budget_of(j, budgets),
+        next_url=next_url,
+        first_url=ctx.url(name) if after else None,
+        live=True,
     )
 
 
@@ -974,10 +1085,107 @@ async def definitions(ctx: Ctx, session: AsyncSession) -> Response:
     from ..policy import OVERRIDABLE
 
     rows = await inspect.definitions(session, ctx.namespace)
-    return ctx.render("definitions.html", kinds=rows, fields=OVERRIDABLE)
+    rates = await inspect.kind_rates(session, ctx.namespace, RATE_SECONDS)
+    return ctx.render(
+        "definitions.html",
+        kinds=rows,
+        fields=OVERRIDABLE,
+        rates=rates,
+        rate_minutes=int(RATE_SECONDS // 60),
+        live=True,
+    )
+
+
+EDITABLE = ("concurrency_limit", "rate", "timeout", "paused")
+"""The fields a kind's page edits (the rest: ``acta definitions set``)."""
+CLEARABLE = ("concurrency_limit", "rate")
+"""Fields an empty box sets to "none" (no limit)."""
+
+
+def _effective_text(row: inspect.DefinitionRow, name: str) -> str:
+    """A kind's effective value of ``name`` as its box shows it (a field its stored policy
+    lacks: the policy's default)."""
+    from ..policy import Policy
+
+    if name in row.effective:
+        return _as_text(row.effective[name])
+    return _as_text(getattr(Policy(), name))
+
+
+def _as_text(value: Any) -> str:
+    """A policy value as its box shows it (and as ``acta definitions set`` takes it)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+async def definition(
+    ctx: Ctx,
+    session: AsyncSession,
+    *,
+    error: str | None = None,
+    submitted: dict[str, str] | None = None,
+) -> Response:
+    from ..policy import OVERRIDABLE
+
+    kind = ctx.request.path_params["kind"]
+    found = [d for d in await inspect.definitions(session, ctx.namespace) if d.kind == kind]
+    if not found:
+        return ctx.render(
+            "error.html", 404, error=f"No kind {kind!r} stored in namespace {ctx.namespace!r}."
+        )
+    row = found[0]
+    window = _chart_window(ctx)
+    rates = await inspect.kind_rates(session, ctx.namespace, RATE_SECONDS)
+    values = {name: _effective_text(row, name) for name in EDITABLE}
+    values.update(submitted or {})
+    return ctx.render(
+        "kind.html",
+        400 if error else 200,
+        kind=row,
+        fields=OVERRIDABLE,
+        editable=EDITABLE,
+        values=values,
+        error=error,
+        rate=rates.get(kind),
+        rate_minutes=int(RATE_SECONDS // 60),
+        charts=await _charts(ctx, session, window, kind),
+        chart_window=window,
+        chart_windows=list(CHART_WINDOWS),
+        chart_url=lambda w: ctx.url("definition", kind=kind, query={"chart": w}),
+        # Not refreshed: a refresh would wipe what the operator is typing into the form.
+        live=False,
+    )
 
 
 # ---------------------------------------------------------------------------- actions
+
+
+def _who(ctx: Ctx) -> str:
+    """Who acts, as a cancel records it: the user the host application authenticated
+    (Starlette's ``request.user``, when a mounted dashboard sits behind its
+    AuthenticationMiddleware), else "dashboard"."""
+    user = ctx.request.scope.get("user")  # "alice (dashboard)"
+    name = getattr(user, "display_name", "") if getattr(user, "is_authenticated", False) else ""
+    if isinstance(name, str) and name.strip() and "\x00" not in name:
+        return name.strip()[: MAX_CANCEL_BY - len(" (dashboard)")] + " (dashboard)"
+    return "dashboard"
+
+
+def _reason(ctx: Ctx) -> str | None:
+    """A cancel form's reason, checked as ``acta.cancel`` checks it (a 400 naming the
+    field, before the database)."""
+    from ..session import MAX_CANCEL_REASON, cancel_note
+
+    value = ctx.form.get("reason")  # type: ignore[attr-defined]
+    try:
+        return cancel_note("reason", value, MAX_CANCEL_REASON)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _confirmed(ctx: Ctx) -> bool:
@@ -1016,7 +1224,7 @@ async def job_action(ctx: Ctx, session: AsyncSession) -> Response:
     if op == "retry":
         code = "retried" if await actions.retry(session, job_id) else "not-retried"
     elif op == "cancel":
-        code = await actions.cancel(session, job_id)
+        code = await actions.cancel(session, job_id, by=_who(ctx), reason=_reason(ctx))
     else:
         code = "deleted" if await actions.delete_finished(session, [job_id]) else "not-deleted"
         if code == "deleted":
@@ -1041,14 +1249,85 @@ async def schedule_action(ctx: Ctx, session: AsyncSession) -> Response:
 async def definition_action(ctx: Ctx, session: AsyncSession) -> Response:
     kind = ctx.request.path_params["kind"]
     op = ctx.request.path_params["op"]
+    if op == "set":
+        return await _set_policy(ctx, session, kind)
+    if op == "reset":
+        return await _reset_policy(ctx, session, kind)
     back = ctx.url("definitions")
     if op not in ("pause", "resume"):
-        raise BadInput(f"unknown action {op!r}: pause or resume")
+        raise BadInput(f"unknown action {op!r}: pause, resume, set or reset")
     if not _confirmed(ctx):
         return _confirm(ctx, f"{op.capitalize()} kind {kind!r}?", op.capitalize(), back)
     code = await actions.kind(session, ctx.namespace, kind, op)
     _log("INFO", "{} kind {} in {} from {}: {}", op, kind, ctx.namespace, _client(ctx), code)
     return ctx.redirect(back + ("&" if "?" in back else "?") + urlencode({"msg": code}))
+
+
+async def _set_policy(ctx: Ctx, session: AsyncSession, kind: str) -> Response:
+    """A kind's limits edited on its page: the fields whose box changed, checked and
+    written by the very call ``acta definitions set`` makes; a refusal shows the page
+    again with the message (naming the field) and the values as typed."""
+    from ..errors import ConfigurationError
+
+    form = ctx.form  # type: ignore[attr-defined]
+    back = ctx.url("definition", kind=kind)
+    found = [d for d in await inspect.definitions(session, ctx.namespace) if d.kind == kind]
+    if not found:
+        return ctx.redirect(ctx.url("definitions", query={"msg": "kind-missing"}))
+    submitted: dict[str, str] = {}
+    changes: dict[str, str] = {}
+    for name in EDITABLE:
+        value = form.get(name)
+        if value is None:
+            continue  # not sent: left as it is
+        if not isinstance(value, str):
+            raise BadInput(f"{name} must be text")
+        submitted[name] = value
+        text = value.strip()
+        if text == _effective_text(found[0], name):
+            continue
+        changes[name] = "none" if text == "" and name in CLEARABLE else text
+    if not changes:
+        return ctx.redirect(back + ("&" if "?" in back else "?") + "msg=policy-unchanged")
+    said = ", ".join(f"{k}={v}" for k, v in changes.items())
+    if not _confirmed(ctx):
+        return _confirm(ctx, f"Set {said} of kind {kind!r}?", "Set", back)
+    try:
+        stored = await actions.set_policy(session, ctx.namespace, kind, changes)
+    except ConfigurationError as exc:
+        _log(
+            "WARNING",
+            "set kind {} in {} from {}: refused: {}",
+            kind,
+            ctx.namespace,
+            _client(ctx),
+            exc,
+        )
+        return await definition(ctx, session, error=str(exc), submitted=submitted)
+    _log(
+        "INFO",
+        "set kind {} in {} from {}: {} (overrides now {})",
+        kind,
+        ctx.namespace,
+        _client(ctx),
+        said,
+        json.dumps(stored, sort_keys=True),
+    )
+    return ctx.redirect(back + ("&" if "?" in back else "?") + "msg=policy-set")
+
+
+async def _reset_policy(ctx: Ctx, session: AsyncSession, kind: str) -> Response:
+    back = ctx.url("definition", kind=kind)
+    if not _confirmed(ctx):
+        return _confirm(ctx, f"Drop every override of kind {kind!r}?", "Reset", back)
+    from ..errors import ConfigurationError
+
+    try:
+        await actions.reset_policy(session, ctx.namespace, kind)
+    except ConfigurationError:
+        return ctx.redirect(ctx.url("definitions", query={"msg": "kind-missing"}))
+    _log("INFO", "reset kind {} in {} from {}", kind, ctx.namespace, _client(ctx))
+    return ctx.redirect(back + ("&" if "?" in back else "?") + "msg=policy-reset")
 
 
 async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:
@@ -1068,10 +1347,11 @@ async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:
         raise BadInput(f"unknown action {op!r}: retry, cancel or delete")
     what = f"{status.value if status else 'active'} jobs" + (f" of kind {kind!r}" if kind else "")
     if not _confirmed(ctx):
-        about = await inspect.estimate_jobs(session, ctx.namespace, status, kind)
+        count = await inspect.count_jobs(session, ctx.namespace, status, kind)
+        how_many = f"{count.value:,}" if count.exact else f"about {count.value:,}, estimated"
         question = (
             f"{op.capitalize()} the {what} in namespace {ctx.namespace!r} "
-            f"(about {about:,}; at most {BATCH:,} per click)?"
+            f"({how_many}; at most {BATCH:,} per click)?"
         )
         return _confirm(ctx, question, f"{op.capitalize()} them", back)
     more: dict[str, Any] | None = None
@@ -1104,7 +1384,7 @@ async def jobs_bulk(ctx: Ctx, session: AsyncSession) -> Response:
             ids += [j.id for j in page_.jobs]
             if len(ids) >= BATCH:
                 break
-        done, held = await _apply(session, op, ids)
+        done, held = await _apply(session, op, ids, _who(ctx), _reason(ctx))
         examined = len(ids)
     _log(
         "INFO",
@@ -1151,10 +1431,17 @@ async def _retry_scan(
         before = ids[-1]
 
 
-async def _apply(session: AsyncSession, op: str, ids: list[int]) -> tuple[int, list[UniqueKeyHeld]]:
+async def _apply(
+    session: AsyncSession,
+    op: str,
+    ids: list[int],
+    by: str = "dashboard",
+    reason: str | None = None,
+) -> tuple[int, list[UniqueKeyHeld]]:
     """Apply ``op`` to each job; how many it changed, and the retries refused because
     another job holds the unique key (skipped: the refusal changes nothing and leaves the
-    transaction usable, so the rest of the batch goes on)."""
+    transaction usable, so the rest of the batch goes on). A cancel records ``by`` and
+    ``reason``."""
     if op == "delete":
         return len(await actions.delete_finished(session, ids)), []
     done = 0
@@ -1166,7 +1453,8 @@ async def _apply(session: AsyncSession, op: str, ids: list[int]) -> tuple[int, l
             except UniqueKeyHeld as exc:
                 held.append(exc)
         else:
-            done += await actions.cancel(session, job_id) in ("cancelled", "requested")
+            outcome = await actions.cancel(session, job_id, by=by, reason=reason)
+            done += outcome in ("cancelled", "requested")
     return done, held
 
 
@@ -1193,6 +1481,7 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
     op = ctx.request.path_params["op"]
     window = form.get("window") or "24h"
     error_type = form.get("error_type")
+    kind = form.get("kind") or None
     if window not in WINDOWS:
         raise BadInput(f"window must be one of {', '.join(WINDOWS)}; got {window!r}")
     if not isinstance(error_type, str):
@@ -1200,7 +1489,7 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
     if op not in ("retry", "discard"):
         raise BadInput(f"unknown action {op!r}: retry or discard")
     back = ctx.url("failures", query={"window": window})
-    label = error_type or "(no error type)"
+    label = (error_type or "(no error type)") + (f" of kind {kind!r}" if kind else "")
     if not _confirmed(ctx):
         verb = "Retry" if op == "retry" else "Discard (delete)"
         question = (
@@ -1210,14 +1499,18 @@ async def failures_action(ctx: Ctx, session: AsyncSession) -> Response:
         return _confirm(ctx, question, verb, back)
     if op == "retry":
         # Past the held ones (see _retry_scan): the group's newest SCAN ids, fetched once.
-        group = await inspect.failed_ids(session, ctx.namespace, error_type, WINDOWS[window], SCAN)
+        group = await inspect.failed_ids(
+            session, ctx.namespace, error_type, WINDOWS[window], SCAN, kind
+        )
 
         async def older(before: int | None) -> list[int]:
             return group if before is None else []
 
         done, held, _, _ = await _retry_scan(session, older)
     else:
-        ids = await inspect.failed_ids(session, ctx.namespace, error_type, WINDOWS[window], BATCH)
+        ids = await inspect.failed_ids(
+            session, ctx.namespace, error_type, WINDOWS[window], BATCH, kind
+        )
         done, held = await _apply(session, "delete", ids)
     _log(
         "INFO",

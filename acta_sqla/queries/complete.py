@@ -140,10 +140,16 @@ def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> st
                               ELSE now() + make_interval(secs => c.delay) END,
                 result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                               ELSE j.result END,
+                -- An operator's cancel record (who, why: session.cancel) stays with it.
                 last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                                   THEN j.last_error
                                   ELSE jsonb_build_object('type', c.error_type,
-                                                          'message', c.error_message) END,
+                                                          'message', c.error_message)
+                                       || CASE WHEN j.cancel_requested
+                                                    AND j.last_error -> 'cancel' IS NOT NULL
+                                               THEN jsonb_build_object(
+                                                   'cancel', j.last_error -> 'cancel')
+                                               ELSE '{{}}'::jsonb END END,
                 finished_at = CASE WHEN c.status IN {TERMINAL}
                                      OR (c.cancel_wins AND j.cancel_requested)
                                    THEN now() END,

@@ -45,8 +45,13 @@ def _gates() -> None:
 # ------------------------------------------------------------------------------ readings
 
 
+NAMES = {"namespace": "acta.namespace", "reason": "acta.admission.reason"}
+"""The attributes' names (``acta.*``) from the keyword arguments of the readings below."""
+
+
 def counted(name: str, **attributes: str) -> float:
     """The counter's cumulative value for exactly these attributes (0 before any add)."""
+    attributes = {NAMES[k]: v for k, v in attributes.items()}
     return sum(
         p.value
         for p in points(name)
@@ -56,6 +61,7 @@ def counted(name: str, **attributes: str) -> float:
 
 def histogram(name: str, **attributes: str) -> tuple[int, float, float]:
     """The histogram's cumulative (count, sum, max) for exactly these attributes."""
+    attributes = {NAMES[k]: v for k, v in attributes.items()}
     found = [
         p
         for p in points(name)
@@ -186,7 +192,7 @@ async def test_keyed_jobs_refused_at_admission_count_as_bounces_by_reason(
     assert not result.crashed
     assert counted("acta.admission.bounces", reason="slot", namespace=NAMESPACE) - slot == 1
     assert counted("acta.admission.bounces", reason="rate", namespace=NAMESPACE) - rate == 1
-    assert unit("acta.admission.bounces") == ""  # a plain count: no unit declared
+    assert unit("acta.admission.bounces") == "{job}"
 
 
 async def test_a_completion_fenced_out_after_recovery_took_its_row_counts_as_lease_lost(
@@ -222,7 +228,7 @@ async def test_a_completion_fenced_out_after_recovery_took_its_row_counts_as_lea
 
     assert not result.crashed
     assert counted("acta.lease.lost", namespace=NAMESPACE) - lost == 1
-    assert unit("acta.lease.lost") == ""
+    assert unit("acta.lease.lost") == "{completion}"
     # The row came back ready and the same drain ran it again, to success: the stale
     # attempt's write changed nothing.
     outcomes = await conn.fetch(
@@ -260,4 +266,5 @@ async def test_a_handler_blocking_the_loop_counts_a_stall_and_the_lifelines_rene
     # The lifeline renewed the one held row (counted in rows) while the loop was blocked.
     assert counted("acta.lifeline.renewals", namespace=NAMESPACE) - renewals >= 1
     assert unit("acta.loop.stall.duration") == "s"
-    assert unit("acta.loop.stalls") == unit("acta.lifeline.renewals") == ""
+    assert unit("acta.loop.stalls") == "{stall}"
+    assert unit("acta.lifeline.renewals") == "{lease}"

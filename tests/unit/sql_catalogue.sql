@@ -276,10 +276,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -402,10 +408,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -734,10 +746,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -1146,6 +1164,39 @@ JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE n.nspname = 'acta' AND t.relname IN ('job', 'execution')
 ORDER BY t.relname, i.relname;
 
+-- doctor.known_namespaces: The namespaces this database knows of, by name (at most
+--   KNOWN_NAMESPACES_CAP): those registered (a worker's start writes the namespace row), with
+--   workers or definitions, and those with ready, executing or finished jobs (a namespace no worker
+--   ever served has only those; a waiting job's namespace had a worker). The jobs' are found by
+--   skip scans of job_due_idx, job_lease_idx and job_finished_idx (one index probe per namespace
+--   each), never a scan of acta.job.
+WITH RECURSIVE ready(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status = 'ready' ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status = 'ready' AND namespace > ready.ns ORDER BY namespace LIMIT 1)
+    FROM ready WHERE ready.ns IS NOT NULL), executing(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status = 'executing' AND lease_expires_at IS NOT NULL ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status = 'executing' AND lease_expires_at IS NOT NULL AND namespace > executing.ns ORDER BY namespace LIMIT 1)
+    FROM executing WHERE executing.ns IS NOT NULL), finished(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status IN ('succeeded', 'failed', 'cancelled') ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status IN ('succeeded', 'failed', 'cancelled') AND namespace > finished.ns ORDER BY namespace LIMIT 1)
+    FROM finished WHERE finished.ns IS NOT NULL)
+SELECT name FROM (
+    SELECT name FROM "acta".namespace
+    UNION SELECT namespace FROM "acta".worker
+    UNION SELECT namespace FROM "acta".definition
+    UNION SELECT ns FROM ready WHERE ns IS NOT NULL
+    UNION SELECT ns FROM executing WHERE ns IS NOT NULL
+    UNION SELECT ns FROM finished WHERE ns IS NOT NULL
+) AS known
+ORDER BY name
+LIMIT 50;
+
 -- doctor.late_waits: Signal waits of namespace :namespace still 'waiting' past their deadline (a
 --   heartbeat wakes them within one beat): how many (looking at FINDINGS_CAP at most) and how long
 --   the oldest is past it. Served by job_wait_deadline_idx.
@@ -1159,6 +1210,22 @@ FROM (
     LIMIT 10000
 ) AS late;
 
+-- doctor.namespace_workers: The workers of namespace :namespace as recovery sees them: how many are
+--   live (running and heard from within :dead_beats of their own beats), the longest beat a live
+--   one registered, and the beat of the one heard from last (live or not). The worker table holds a
+--   row per worker start (pruned), so this reads few rows.
+SELECT count(*) FILTER (WHERE live) AS live,
+       max(heartbeat_seconds) FILTER (WHERE live) AS live_beat,
+       (array_agg(heartbeat_seconds ORDER BY heartbeat_at DESC NULLS LAST))[1]
+           AS last_beat
+FROM (
+    SELECT heartbeat_seconds, heartbeat_at,
+           status = 'running' AND heartbeat_at >= now()
+               - make_interval(secs => :dead_beats * heartbeat_seconds) AS live
+    FROM "acta".worker
+    WHERE namespace = :namespace
+) AS w;
+
 -- doctor.prepared_transactions: Prepared (two-phase) transactions of this database: each holds
 --   vacuum's horizon, even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED.
 SELECT gid, owner, age(transaction) AS xmin_age,
@@ -1167,6 +1234,17 @@ FROM pg_prepared_xacts
 WHERE database = current_database()
 ORDER BY prepared
 LIMIT 20;
+
+-- doctor.ready_backlog: Jobs of namespace :namespace ready and due now: how many (looking at
+--   FINDINGS_CAP at most) and how long the oldest has been due. Served by job_due_idx.
+SELECT count(*) AS rows,
+       extract(epoch FROM now() - min(run_at))::float8 AS oldest_seconds
+FROM (
+    SELECT run_at FROM "acta".job
+    WHERE namespace = :namespace AND status = 'ready' AND run_at <= now()
+    ORDER BY run_at
+    LIMIT 10000
+) AS due;
 
 -- doctor.recently_dead_workers: Workers of namespace :namespace that recovery marked dead in the
 --   last :window seconds (crashed or cut off: their jobs came back through recovery). At most 20.
@@ -1431,8 +1509,8 @@ UPDATE acta.namespace SET definitions_version=(acta.namespace.definitions_versio
 
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once; a durable wait it was
 --   parked in is over (no awaited signal, no pending children: the terminal-effects trigger reads
---   the old values to cancel the children and hand a lane on).
-UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+--   the old values to cancel the children and hand a lane on). Who and why are recorded.
+UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
 -- session.definition_for_update: A kind's stored definition (declared policy and overrides), locked
 --   until commit so that two operators' changes apply one after the other.
@@ -1461,14 +1539,14 @@ FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT FOR UPDATE;
 
 -- session.request_cancel: An executing job is asked to stop: its worker's next heartbeat cancels
---   the handler.
-UPDATE acta.job SET cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
+--   the handler. Who and why are recorded (the completion that ends it keeps them).
+UPDATE acta.job SET last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
 
 -- session.retry_job: An operator's retry: a finished job goes back to 'ready' now with a fresh
---   budget, as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not
---   one that follows a wait). Signals it received stay. Not while another job holds its unique key
---   (:func:`unique_key_holder`). The only way out of a terminal state.
-UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
+--   budget, as a fresh start: no result, no wait it was in, no cancel record, no ``resumed`` (its
+--   first run is not one that follows a wait). Signals it received stay. Not while another job
+--   holds its unique key (:func:`unique_key_holder`). The only way out of a terminal state.
+UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, last_error=(acta.job.last_error - 'cancel'::text), cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
 FROM acta.job AS job_1
 WHERE job_1.namespace = acta.job.namespace AND job_1.unique_key = acta.job.unique_key AND job_1.status IN (__[POSTCOMPILE_status_2]))) RETURNING acta.job.id;
 
@@ -1512,6 +1590,23 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_2)s GROUP BY acta.job.kind, acta.job.status;
 
+-- inspect.count_due_later: The Scheduled or Retrying view's size, counting no further than
+--   ``limit``.
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
+-- inspect.count_jobs_up_to: How many jobs match a filter, counting no further than ``limit``: exact
+--   for a small set (read from an index where one serves the filter), never a scan of a big one
+--   (the count stops at ``limit``; the caller then takes the planner's estimate).
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
 -- inspect.delete_finished_jobs: An operator's delete: the given jobs, if finished (an active job is
 --   never deleted under its worker); RETURNING the ids deleted.
 DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
@@ -1520,6 +1615,18 @@ DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.st
 --   their job).
 DELETE FROM acta.execution WHERE acta.execution.job_id IN (__[POSTCOMPILE_job_id_1]);
 
+-- inspect.due_later: The Scheduled (``retrying`` False) or Retrying view: ready jobs due later,
+--   soonest first, keyset-paged on (run_at, id) after ``after``; with the last error (a retry's).
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.last_error
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER ORDER BY acta.job.run_at, acta.job.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.estimate_due_later: The planner's estimate of the Scheduled or Retrying view's size.
+EXPLAIN (FORMAT JSON) SELECT acta.job.id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts = %(attempts_1)s::INTEGER;
+
 -- inspect.estimate_jobs: The planner's estimate of how many jobs match a filter (a listing's count:
 --   exact would scan every matching row, a million for "succeeded").
 EXPLAIN (FORMAT JSON) SELECT acta.job.id
@@ -1527,18 +1634,28 @@ FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR;
 
 -- inspect.failed_ids: Ids of one failure group (failed in the last ``seconds`` with this error
---   type; "" for no recorded type), newest first, at most ``limit`` (a group action's batch).
+--   type; "" for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
+--   (a group action's batch).
 SELECT acta.job.id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR ORDER BY acta.job.id DESC
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
 
--- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by error type: count, first
---   and last seen, the newest one's id (the sample); through the finished index's time range.
-SELECT coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
+-- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by kind and error type (one
+--   group for "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
+--   first and last seen, the newest one's id (the sample); through the finished index's time range.
+SELECT acta.job.kind AS kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
  LIMIT %(param_1)s::INTEGER;
+
+-- inspect.finished_series: The charts: jobs finished in the last ``seconds`` (of ``kind``, None:
+--   every kind) in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded,
+--   failed and cancelled, and the mean queue wait of those claimed. Through the finished index's
+--   range (``job_prune_idx`` for one kind): the cost of the window, not of the history.
+SELECT floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s AS bucket, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.kind = %(kind_1)s::VARCHAR GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
 
 -- inspect.finished_since: (kind, status, count) of the jobs that finished in the last ``seconds``
 --   (throughput and failures), through the finished index's range on (namespace, finished_at).
@@ -1583,6 +1700,14 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.concurrency_key
 SELECT acta.concurrency_slot.job_id, acta.concurrency_slot.execution_id, acta.concurrency_slot.worker_id, acta.concurrency_slot.acquired_at
 FROM acta.concurrency_slot
 WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concurrency_slot.key = %(key_1)s::VARCHAR ORDER BY acta.concurrency_slot.acquired_at;
+
+-- inspect.kind_rates: Each kind's live numbers over the last ``seconds``: jobs succeeded, failed
+--   and cancelled, the median and 95th percentile of their last attempt's run time (started to
+--   finished, from that attempt's history row, found by primary key), and the mean queue wait.
+--   Through the finished index's range.
+SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+FROM acta.job LEFT OUTER JOIN acta.execution ON acta.execution.job_id = acta.job.id AND acta.execution.id = acta.job.execution_id
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
 
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
 --   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.
@@ -1645,11 +1770,53 @@ FROM acta.lock
 WHERE acta.lock.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.lock.name
  LIMIT %(param_1)s::INTEGER;
 
--- inspect.list_namespaces: The namespaces workers have registered (the dashboard's namespace
---   switcher).
-SELECT acta.namespace.name
-FROM acta.namespace ORDER BY acta.namespace.name
- LIMIT %(param_1)s::INTEGER;
+-- inspect.list_namespaces: The namespaces this database knows of (``acta status``, the dashboard's
+--   namespace switcher): those workers registered, with workers or definitions, and those with
+--   ready, executing or finished jobs (jobs enqueued before any worker started: their namespace has
+--   no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and job_finished_idx, never
+--   a scan of acta.job.
+WITH RECURSIVE ready_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status = 'ready' ORDER BY acta.job.namespace
+ LIMIT %(param_1)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status = 'ready' AND acta.job.namespace > ready_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_2)s::INTEGER) AS anon_1
+FROM ready_ns
+WHERE ready_ns.ns IS NOT NULL),
+executing_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status = 'executing' AND acta.job.lease_expires_at IS NOT NULL ORDER BY acta.job.namespace
+ LIMIT %(param_3)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status = 'executing' AND acta.job.lease_expires_at IS NOT NULL AND acta.job.namespace > executing_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_4)s::INTEGER) AS anon_2
+FROM executing_ns
+WHERE executing_ns.ns IS NOT NULL),
+finished_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status IN ('succeeded', 'failed', 'cancelled') ORDER BY acta.job.namespace
+ LIMIT %(param_5)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.namespace > finished_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_6)s::INTEGER) AS anon_3
+FROM finished_ns
+WHERE finished_ns.ns IS NOT NULL)
+ SELECT known.name
+FROM (SELECT acta.namespace.name AS name
+FROM acta.namespace UNION SELECT acta.worker.namespace AS namespace
+FROM acta.worker UNION SELECT acta.definition.namespace AS namespace
+FROM acta.definition UNION SELECT ready_ns.ns AS ns
+FROM ready_ns
+WHERE ready_ns.ns IS NOT NULL UNION SELECT executing_ns.ns AS ns
+FROM executing_ns
+WHERE executing_ns.ns IS NOT NULL UNION SELECT finished_ns.ns AS ns
+FROM finished_ns
+WHERE finished_ns.ns IS NOT NULL) AS known ORDER BY known.name
+ LIMIT %(param_7)s::INTEGER;
 
 -- inspect.list_schedule_rows: The namespace's schedules with their pending fire and their latest
 --   finished fire.
