@@ -35,7 +35,7 @@ import pytest
 try:  # strict mode needs the decorator; auto mode takes it too
     from pytest_asyncio import fixture as _async_fixture
 except ImportError:  # pragma: no cover - without pytest-asyncio
-    _async_fixture = pytest.fixture
+    _async_fixture = pytest.fixture  # type: ignore[assignment]
 
 _TRUNCATE_LOCK_TIMEOUT = "10s"
 
@@ -163,7 +163,7 @@ def acta_sync_engine(_acta_test_database: str) -> Iterator[Any]:
         driver = "postgresql+psycopg"
     except ImportError:
         try:
-            import psycopg2  # noqa: F401
+            import psycopg2  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
 
             driver = "postgresql+psycopg2"
         except ImportError:

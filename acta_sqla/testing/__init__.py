@@ -24,7 +24,7 @@ import asyncio
 import itertools
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -487,7 +487,7 @@ def inline(acta: Acta, *, database_url: str | None = None) -> Iterator[None]:
     def rolled_back(session: SyncSession) -> None:
         session.info.pop(key, None)
 
-    listeners = [
+    listeners: list[tuple[str, Callable[..., Any]]] = [
         ("before_flush", flushed),
         ("do_orm_execute", executed),
         ("after_commit", committed),
