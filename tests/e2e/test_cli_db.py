@@ -152,8 +152,10 @@ def test_a_command_against_a_schema_behind_this_code_says_to_upgrade(
     assert _acta("schedules", "run", "nightly", env=env, cwd=tmp_path).returncode == 0
 
 
-def test_embedded_default_when_no_url_is_configured(tmp_path: Path, head: str) -> None:
-    data_dir = tmp_path / "pgdata"
+def test_embedded_default_when_no_url_is_configured(
+    tmp_path: Path, private_tmp: Path, head: str
+) -> None:
+    data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         up = _acta("db", "upgrade", env=env, cwd=tmp_path)
