@@ -50,6 +50,7 @@ from tests.harness import Sql, SqlRunner, worker_env
 from tests.pgserver import RUN_DIR_KEY, RunDir, admin, drop_database, plain_url, private_folder
 
 _RUN_DIR = pytest.StashKey[RunDir]()
+_TESTS = Path(__file__).resolve().parent
 
 # A test that leaves a transaction open would make the next TRUNCATE wait forever for its
 # lock; fail that test's successor loudly instead.
@@ -71,6 +72,21 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, in the controller: hand each worker the run's folder."""
     node.workerinput[RUN_DIR_KEY] = str(node.config.stash[_RUN_DIR].path)
+
+
+_SLOW_TIERS_FIRST = ("faults", "e2e", "dashboard", "db")
+"""The tiers in the order they run: the ones that wait on real processes and leases first,
+so that pytest-xdist's workers end on the quick tests instead of one long test running on
+alone at the end (the order within a tier is kept)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def tier(item: pytest.Item) -> int:
+        parts = Path(item.path).relative_to(_TESTS).parts
+        top = parts[0] if len(parts) > 1 else ""
+        return _SLOW_TIERS_FIRST.index(top) if top in _SLOW_TIERS_FIRST else len(_SLOW_TIERS_FIRST)
+
+    items.sort(key=tier)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
