@@ -105,10 +105,13 @@ class RunDir:
             name = f"acta_template_{secrets.token_hex(4)}"
             with admin(server_url) as conn:
                 conn.execute(f'CREATE DATABASE "{name}"')
-            # Named before it is migrated: the end of the run drops it, even half done.
+            try:
+                migrate.upgrade(plain_url(server_url, name))
+            except BaseException:
+                drop_database(server_url, name)  # never a half-migrated template
+                raise
             self._server_file.write_text(server_url)
             self._template_file.write_text(name)
-            migrate.upgrade(plain_url(server_url, name))
             return name
 
     def finish(self) -> None:
