@@ -74,7 +74,7 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[RUN_DIR_KEY] = str(node.config.stash[_RUN_DIR].path)
 
 
-_SLOW_TIERS_FIRST = ("faults", "e2e", "dashboard", "db")
+_SLOW_TIERS_FIRST = ("faults", "e2e", "examples", "dashboard", "docs", "db")
 """The tiers in the order they run: the ones that wait on real processes and leases first,
 so that pytest-xdist's workers end on the quick tests instead of one long test running on
 alone at the end (the order within a tier is kept)."""
