@@ -224,7 +224,7 @@ class Acta:
         """Override fields of ``kind``'s policy in this namespace, in the session's
         transaction: ``await acta.set_policy(session, "send_mail", timeout=30, rate="10/s")``.
         Overridable: max_attempts, timeout, backoff_base, backoff_max, concurrency_limit,
-        rate, retention, paused. Each value is checked as ``@acta.job`` checks it
+        rate, retention, paused, breaker. Each value is checked as ``@acta.job`` checks it
         (``ConfigurationError``, nothing changed); on commit every worker of the namespace
         applies it within one heartbeat. Answers the kind's overrides now stored."""
         return await session.run_sync(

@@ -17,6 +17,7 @@
 | acta.queue.depth              | observable gauge      | 1    | namespace, kind, status |
 | acta.job.duration             | histogram             | s    | namespace, kind, outcome |
 | acta.job.queue_wait           | histogram             | s    | namespace, kind, outcome |
+| acta.breaker.state            | observable gauge      | 1    | namespace, kind, key |
 
 Per-job work stays off the metric path: the in-flight gauge is read from the registry when
 a collector asks, and outcome counts are added once per batch. The two per-job histograms
@@ -28,6 +29,10 @@ beat; that worker's gauge reports it (ready, executing and waiting jobs by kind)
 newer one comes. A gauge reading stays current for two beats: a collector gets the depth
 from whichever worker measured last (sum nothing across workers: take the latest, or max,
 per namespace, kind and status).
+
+``acta.breaker.state`` is each circuit breaker's state as this worker last saw it (0
+closed, 1 half-open, 2 open; docs/breakers.md): from its admission answers and the
+transitions its own outcomes made. Take the max per namespace, kind and key.
 
 Nothing of OpenTelemetry is imported until the process has imported its metrics API itself
 (an SDK, an instrumentation or ``opentelemetry-instrument`` does, before any provider can be
@@ -60,6 +65,10 @@ measure of each namespace's depth."""
 _depth_fresh: dict[str, float] = {}
 DEPTH_FRESH_BEATS = 2
 
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+_breakers: dict[tuple[str, str, str], int] = {}
+"""(namespace, kind, key) -> the breaker's state as this process last saw it."""
+
 
 def _observe_inflight(_options: Any) -> Iterable[Observation]:
     from opentelemetry.metrics import Observation
@@ -82,6 +91,13 @@ def _observe_depth(_options: Any) -> Iterable[Observation]:
             continue  # another worker measures it now
         for kind, status, count in rows:
             yield Observation(count, {"namespace": namespace, "kind": kind, "status": status})
+
+
+def _observe_breakers(_options: Any) -> Iterable[Observation]:
+    from opentelemetry.metrics import Observation
+
+    for (namespace, kind, key), state in list(_breakers.items()):
+        yield Observation(state, {"namespace": namespace, "kind": kind, "key": key})
 
 
 class _Instruments:
@@ -151,6 +167,12 @@ class _Instruments:
             callbacks=[_observe_depth],
             description="Jobs ready, executing and waiting, by kind (one measure per heartbeat "
             "interval per namespace, taken by one worker).",
+        )
+        meter.create_observable_gauge(
+            "acta.breaker.state",
+            callbacks=[_observe_breakers],
+            description="Each circuit breaker's state as this worker last saw it: 0 closed, "
+            "1 half-open, 2 open.",
         )
 
 
@@ -255,3 +277,8 @@ def record_lifeline_renewal(namespace: str, rows: int) -> None:
 def record_bounces(namespace: str, reason: str, n: int) -> None:
     if (i := _instruments()) is not None:
         i.admission_bounces.add(n, {"reason": reason, "namespace": namespace})
+
+
+def record_breaker_state(namespace: str, kind: str, key: str, state: str) -> None:
+    """A breaker's state as this worker saw it (a dict write: the gauge reads it)."""
+    _breakers[(namespace, kind, key)] = BREAKER_STATES[state]

@@ -81,7 +81,9 @@ def set_(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Override fields of a kind's policy (max_attempts, timeout, backoff_base, backoff_max,
-    concurrency_limit, rate, retention, paused); workers apply it within one heartbeat."""
+    concurrency_limit, rate, retention, paused, breaker); workers apply it within one
+    heartbeat. A breaker: breaker=failure_rate=0.5,min_calls=20,window=60,open_for=30,probes=1
+    (or breaker=none)."""
     fields: dict[str, Any] = {}
     for item in assignments:
         name, sep, value = item.partition("=")

@@ -1020,12 +1020,19 @@ WHERE k.lease_expires_at < now()
 RETURNING 1;
 
 -- admission.admit: admit: for each request of ``$2`` (a JSON array of ``[job_id, execution_id,
---   limit, rate_count, rate_period, bounce_seconds]``) of namespace ``$1``, by worker ``$3``: a
---   verdict (``admitted``, ``slot``, ``rate``, ``lost``) and the seconds to wait before it is due
---   again. Guard: the job must be 'executing' under the given execution id (else ``lost``, nothing
---   taken); slots count only live holders (executing under the slot's execution id, lease
---   unexpired).
+--   limit, rate_count, rate_period, bounce_seconds, breaker_key, breaker_probes]``) of namespace
+--   ``$1``, by worker ``$3``: a verdict (``admitted``, ``slot``, ``rate``, ``lost``; ``breaker``,
+--   ``probe``, ``half_open`` for a kind with a breaker, migration 0016) and the seconds to wait
+--   before it is due again. Guard: the job must be 'executing' under the given execution id (else
+--   ``lost``, nothing taken); slots count only live holders (executing under the slot's execution
+--   id, lease unexpired).
 SELECT job_id, verdict, wait FROM "acta".admit($1, $2::jsonb, $3);
+
+-- admission.breaker_record: breaker_record: count the outcomes ``$2`` (a JSON array of ``[kind,
+--   key, job_id, execution_id, failed, failure_rate, min_calls, window, open_for]``) of namespace
+--   ``$1`` into their breakers (migration 0016); answers each transition made: kind, key, the new
+--   state (``open``, ``closed``) and, opened, until when.
+SELECT kind, key, state, extract(epoch FROM until - clock_timestamp())::float8 AS wait FROM "acta".breaker_record($1, $2::jsonb);
 
 -- definitions.load_definitions: The namespace's definitions version and every kind's declared and
 --   override policies (one row with a null kind when the namespace has none).
@@ -1708,6 +1715,25 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = %(kind_1
 
 -- ddl.sequence.execution_id_seq
 CREATE SEQUENCE acta.execution_id_seq;
+
+-- ddl.table.breaker
+CREATE TABLE acta.breaker (
+	namespace TEXT NOT NULL,
+	kind TEXT NOT NULL,
+	key TEXT NOT NULL,
+	state TEXT DEFAULT 'closed' NOT NULL,
+	open_until TIMESTAMP WITH TIME ZONE,
+	changed_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	window_start TIMESTAMP WITH TIME ZONE DEFAULT '-infinity'::timestamptz NOT NULL,
+	calls INTEGER DEFAULT '0' NOT NULL,
+	failures INTEGER DEFAULT '0' NOT NULL,
+	prev_calls INTEGER DEFAULT '0' NOT NULL,
+	prev_failures INTEGER DEFAULT '0' NOT NULL,
+	probe_jobs BIGINT[] DEFAULT '{}'::bigint[] NOT NULL,
+	probe_executions BIGINT[] DEFAULT '{}'::bigint[] NOT NULL,
+	CONSTRAINT breaker_pkey PRIMARY KEY (namespace, kind, key),
+	CONSTRAINT breaker_breaker_state_check_check CHECK (state IN ('closed', 'open', 'half_open'))
+);
 
 -- ddl.table.concurrency_slot
 CREATE TABLE acta.concurrency_slot (
