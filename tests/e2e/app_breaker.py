@@ -4,9 +4,10 @@ tests/faults/test_breaker_faults.py), run in real `acta worker` processes.
 ``call_dependency`` calls a "dependency" that is down while the file named by
 ``BREAKER_DEPENDENCY_DOWN`` exists (the handler raises), and hangs while the file named by
 ``BREAKER_DEPENDENCY_HANGS`` exists. Every handler start, end and error goes to the run
-log (``tests.harness.record``); so does every breaker transition a worker logs
-(``breaker_open``, ``breaker_half_open``, ``breaker_closed``, job id 0), with the same
-monotonic clock: the oracle of what started while the breaker was open.
+log (``tests.harness.record``); every breaker transition a worker logs goes to the file
+named by ``BREAKER_TRANSITIONS_LOG``, in the run log's format (``breaker_open``,
+``breaker_half_open``, ``breaker_closed``; job id 0), with the same monotonic clock: the
+oracle of what started while the breaker was open.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from loguru import logger
 
 from acta_sqla import Acta, Breaker, Context
-from tests.harness import RUNS_LOG_VAR, record
+from tests.harness import record
 
 acta = Acta(namespace="breaker")
 
@@ -51,7 +52,7 @@ async def call_dependency(ctx: Context, n: int = 0) -> None:
 
 def _transitions(message: Any) -> None:
     extra = message.record["extra"]
-    path = os.environ.get(RUNS_LOG_VAR)
+    path = os.environ.get("BREAKER_TRANSITIONS_LOG")
     if path and extra.get("event") == "breaker":
         line = f"breaker_{extra['state']} 0 0 0 {os.getpid()} {time.monotonic():.6f}\n"
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
