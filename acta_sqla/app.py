@@ -262,3 +262,21 @@ class Acta:
         """Resume a paused kind (paused by an operator or declared ``paused=True``): its
         queued jobs are claimed again."""
         await session.run_sync(lambda s: _session.resume_kind(s, self.namespace, kind))
+
+    async def close_breaker(
+        self, session: AsyncSession, kind: str, key: str = "", by: str = ""
+    ) -> str | None:
+        """Close ``kind``'s circuit breaker by hand (``key``: one breaker per key), in the
+        session's transaction: its counts and probes reset, its jobs start again at once.
+        Answers the state it had (None: the kind has no breaker row yet). One log line,
+        naming ``by`` (docs/breakers.md)."""
+        from . import breakers
+
+        return await session.run_sync(lambda s: breakers.close(s, self.namespace, kind, key, by))
+
+    def close_breaker_sync(
+        self, session: Session, kind: str, key: str = "", by: str = ""
+    ) -> str | None:
+        from . import breakers
+
+        return breakers.close(session, self.namespace, kind, key, by)

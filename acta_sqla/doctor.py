@@ -361,6 +361,8 @@ async def examine(
             findings += judge_waits(namespace, late.rows, late.oldest_seconds, timings)
             stored = await rows(q.stored_schedules(schema), namespace=namespace)
             findings += judge_schedules(namespace, [r._mapping for r in stored], server.now)
+            tripped = await rows(q.open_breakers(schema), namespace=namespace)
+            findings += judge_breakers(namespace, [r._mapping for r in tripped])
         else:
             reason = "acta's tables are not at this package's head revision"
             skipped += [
@@ -368,6 +370,7 @@ async def examine(
                 Skipped("dead_workers", reason),
                 Skipped("waiting_timeout", reason),
                 Skipped("schedule_no_tick", reason),
+                Skipped("breaker_open", reason),
             ]
     finally:
         await db.rollback()
@@ -735,6 +738,35 @@ def judge_schedules(
                 "fix its cron where the code declares it (`acta.schedule(...)`) and start a "
                 "worker of that code, which stores it again; or remove it from the code",
                 dict(sc),
+            )
+        )
+    return out
+
+
+def judge_breakers(namespace: str, breakers: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """Circuit breakers not closed (docs/breakers.md): their kind's jobs are held, uncharged,
+    because its recent attempts failed; a warning each, saying when it probes next."""
+    out: list[Finding] = []
+    for b in breakers:
+        what = b["kind"] if not b["key"] else f"{b['kind']} [{b['key']}]"
+        until = b["until_seconds"]
+        if b["state"] == "open" and until is not None and until > 0:
+            when = f"it lets a probe through in {_seconds(until)}"
+        else:
+            when = "it is half-open: the next probe's outcome closes or reopens it"
+        out.append(
+            Finding(
+                "breaker_open",
+                Severity.WARNING,
+                f"breaker {what!r}",
+                f"the circuit breaker of {what!r} in namespace {namespace!r} is "
+                f"{b['state'].replace('_', '-')} for {_seconds(b['since_seconds'])}: its jobs "
+                f"wait, uncharged; {when}",
+                "look at the kind's last errors (the dashboard's Failures page, `acta jobs ls "
+                "--status failed`) and at the dependency they call; once it is back the "
+                "breaker closes on its own, or close it by hand: `acta definitions "
+                "close-breaker KIND` or the dashboard's Kinds page",
+                dict(b),
             )
         )
     return out

@@ -112,6 +112,8 @@ MESSAGES = {
     "fired": "Extra fire enqueued: it runs now, beside the schedule's cadence.",
     "schedule-missing": "No such schedule in this namespace.",
     "kind-missing": "No such kind stored in this namespace.",
+    "breaker-closed": "Breaker closed: the kind's jobs start again.",
+    "breaker-not-open": "Not closed: the kind's breaker was not open.",
 }
 """Messages shown after an action, by code (the redirect names the code, never text)."""
 
@@ -971,10 +973,12 @@ async def schedules(ctx: Ctx, session: AsyncSession) -> Response:
 
 
 async def definitions(ctx: Ctx, session: AsyncSession) -> Response:
+    from .. import breakers as _breakers
     from ..policy import OVERRIDABLE
 
     rows = await inspect.definitions(session, ctx.namespace)
-    return ctx.render("definitions.html", kinds=rows, fields=OVERRIDABLE)
+    states = await session.run_sync(lambda s: _breakers.breakers(s, ctx.namespace))
+    return ctx.render("definitions.html", kinds=rows, fields=OVERRIDABLE, breakers=states)
 
 
 # ---------------------------------------------------------------------------- actions
@@ -1042,11 +1046,13 @@ async def definition_action(ctx: Ctx, session: AsyncSession) -> Response:
     kind = ctx.request.path_params["kind"]
     op = ctx.request.path_params["op"]
     back = ctx.url("definitions")
-    if op not in ("pause", "resume"):
-        raise BadInput(f"unknown action {op!r}: pause or resume")
+    if op not in ("pause", "resume", "close-breaker"):
+        raise BadInput(f"unknown action {op!r}: pause, resume or close-breaker")
     if not _confirmed(ctx):
-        return _confirm(ctx, f"{op.capitalize()} kind {kind!r}?", op.capitalize(), back)
-    code = await actions.kind(session, ctx.namespace, kind, op)
+        label = "Close the breaker of" if op == "close-breaker" else op.capitalize()
+        return _confirm(ctx, f"{label} kind {kind!r}?", label.split()[0], back)
+    by = f"{_client(ctx)} (dashboard)"
+    code = await actions.kind(session, ctx.namespace, kind, op, by)
     _log("INFO", "{} kind {} in {} from {}: {}", op, kind, ctx.namespace, _client(ctx), code)
     return ctx.redirect(back + ("&" if "?" in back else "?") + urlencode({"msg": code}))
 

@@ -1141,6 +1141,16 @@ FROM (
     LIMIT 10000
 ) AS late;
 
+-- doctor.open_breakers: The circuit breakers of namespace :namespace that are not closed
+--   (docs/breakers.md): kind, key, state, seconds since it changed, seconds until an open one half-
+--   opens. By the primary key; a handful of rows.
+SELECT kind, key, state,
+       extract(epoch FROM now() - changed_at)::float8 AS since_seconds,
+       extract(epoch FROM open_until - now())::float8 AS until_seconds
+FROM "acta".breaker
+WHERE namespace = :namespace AND state <> 'closed'
+ORDER BY kind, key;
+
 -- doctor.prepared_transactions: Prepared (two-phase) transactions of this database: each holds
 --   vacuum's horizon, even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED.
 SELECT gid, owner, age(transaction) AS xmin_age,
@@ -1712,6 +1722,23 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR GROUP BY acta.job.kind, acta
 SELECT acta.job.result
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR;
+
+-- breakers.close_breaker: Close a breaker by hand: counts and probes reset; answers the state it
+--   had.
+UPDATE acta.breaker SET state=%(state)s::VARCHAR, open_until=%(open_until)s::TIMESTAMP WITH TIME ZONE, changed_at=now(), window_start=now(), calls=%(calls)s::INTEGER, failures=%(failures)s::INTEGER, prev_calls=%(prev_calls)s::INTEGER, prev_failures=%(prev_failures)s::INTEGER, probe_jobs=%(probe_jobs)s::BIGINT[], probe_executions=%(probe_executions)s::BIGINT[] WHERE acta.breaker.namespace = %(namespace_1)s::VARCHAR AND acta.breaker.kind = %(kind_1)s::VARCHAR AND acta.breaker.key = %(key_1)s::VARCHAR RETURNING (SELECT acta.breaker.state
+FROM acta.breaker
+WHERE acta.breaker.namespace = %(namespace_2)s::VARCHAR AND acta.breaker.kind = %(kind_2)s::VARCHAR AND acta.breaker.key = %(key_2)s::VARCHAR) AS anon_1;
+
+-- breakers.list_breakers: A namespace's breakers: kind, key, state as it is now (an open breaker
+--   past its ``open_until`` is half-open: its next job is a probe), when it changes next (an open
+--   one's ``open_until``; None: on an outcome), live-or-not probes held, since when.
+SELECT acta.breaker.kind, acta.breaker.key, CASE WHEN (acta.breaker.state = %(state_1)s::VARCHAR AND acta.breaker.open_until <= now()) THEN %(param_1)s::VARCHAR ELSE acta.breaker.state END AS anon_1, CASE WHEN (acta.breaker.state = %(state_2)s::VARCHAR AND acta.breaker.open_until > now()) THEN acta.breaker.open_until END AS anon_2, cardinality(acta.breaker.probe_jobs) AS cardinality_1, acta.breaker.changed_at
+FROM acta.breaker
+WHERE acta.breaker.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.breaker.kind, acta.breaker.key;
+
+-- breakers.lock_breaker: The breaker's advisory lock until commit (the one ``admit`` and
+--   ``breaker_record`` take), so a close by hand does not interleave with a worker's decision.
+SELECT pg_advisory_xact_lock(hashtextextended(concat_ws(chr(%(chr_1)s::INTEGER), %(concat_ws_1)s::VARCHAR, %(concat_ws_2)s::VARCHAR, %(concat_ws_3)s::VARCHAR, %(concat_ws_4)s::VARCHAR), %(hashtextextended_1)s::INTEGER)) AS pg_advisory_xact_lock_1;
 
 -- ddl.sequence.execution_id_seq
 CREATE SEQUENCE acta.execution_id_seq;
