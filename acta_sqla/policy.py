@@ -22,6 +22,7 @@ loads) are in ``payload``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import random
 import re
@@ -330,13 +331,22 @@ class Breaker:
         except ConfigurationError as exc:
             raise Refused(str(exc).removeprefix("invalid breaker: ")) from None
 
+    LONG_KEY_BYTES = 256
+    """A key longer than this (in UTF-8) is stored as its SHA-256: the breaker's primary
+    key holds the kind too, and a kind and a key each up to ``MAX_KEY_BYTES`` would not fit
+    one btree entry together."""
+
     def key_of(self, kind: str, concurrency_key: str | None, rate_key: str | None) -> str:
         """The breaker's key for a job (``''``: the kind's one breaker)."""
         if self.per == "concurrency_key":
-            return concurrency_key or ""
-        if self.per == "rate_key":
-            return rate_key or ""
-        return ""
+            key = concurrency_key or ""
+        elif self.per == "rate_key":
+            key = rate_key or ""
+        else:
+            return ""
+        if len(key) * 4 > self.LONG_KEY_BYTES and len(key.encode()) > self.LONG_KEY_BYTES:
+            return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+        return key
 
     def __str__(self) -> str:
         text = (

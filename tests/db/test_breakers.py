@@ -6,6 +6,7 @@ on its failure, a dead probe's place freed by its lease."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -270,3 +271,20 @@ async def test_a_breaker_per_concurrency_key_opens_for_that_key_only(
         "breaker",
         "admitted",
     ]
+
+
+async def test_a_breaker_per_key_stores_a_kind_and_a_key_at_their_bounds(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    """A kind of 2,048 bytes and a rate key of 2,048 bytes (each at the one bound of
+    names and keys) in one breaker row: the key is stored as its digest, so the row fits
+    its primary key's index and admission answers (instead of refusing the request)."""
+    store = stores[0]
+    per_key = Breaker(min_calls=2, per="rate_key")
+    policy = Policy(breaker=per_key)
+    kind, key = secrets.token_hex(1024), secrets.token_hex(1024)  # incompressible
+    await conn.execute("INSERT INTO acta.job (kind, rate_key) VALUES ($1, $2)", kind, key)
+    [job] = await store.claim_jobs(1)
+    assert (await store.admit([ask(job, policy)]))[0][1] == "admitted"
+    stored = await conn.fetchval("SELECT key FROM acta.breaker WHERE kind = $1", kind)
+    assert stored == per_key.key_of(kind, None, key) and stored.startswith("sha256:")

@@ -39,6 +39,10 @@ def test_a_kind_declares_one_and_it_applies_per_the_chosen_key() -> None:
     assert breaker.key_of("call", "c:1", None) == "c:1"
     assert Breaker().key_of("call", "c:1", "r") == ""
     assert Breaker(per="rate_key").key_of("call", None, "r") == "r"
+    # A long key is stored as its digest: with a kind of up to 2,048 bytes it must still
+    # fit one index entry of the breaker table.
+    long = Breaker(per="rate_key").key_of("call", None, "é" * 1000)
+    assert long.startswith("sha256:") and len(long) == 71
 
 
 HOSTILE: list[tuple[Any, str]] = [
