@@ -17,8 +17,10 @@ breaker half-opens, and the attempts admitted as its probes.
   scan of the batch for the check and nothing else). Closed: nothing changes. Open before
   ``open_until``: refused (verdict ``breaker``, wait = seconds to ``open_until``), so the
   executor bounces it uncharged. Open after ``open_until``, or half-open: the first
-  ``probes`` minus its LIVE probes (executing under the probe's execution id, lease
-  unexpired: a dead worker's probe frees its place when its lease runs out, like a slot)
+  ``probes`` minus the probes holding their place (a live attempt: executing under the
+  probe's execution id, lease unexpired, so a dead worker's probe frees its place when its
+  lease runs out, like a slot; or one that ended with an outcome within 10 s, whose count
+  is on its way)
   are admitted as probes (verdict ``half_open`` for the one that moved the breaker there,
   ``probe`` for the others); the rest are refused, due again after the request's bounce.
 * ``breaker_record(namespace, outcomes)``: the finalizer's outcomes of breaker kinds
@@ -48,6 +50,27 @@ LOCK = (
     " || chr(31) || {key}, 0)"
 )
 """A breaker's advisory lock (admit() and breaker_record() take it in hash order)."""
+
+
+PROBE_GRACE = "10 seconds"
+"""How long a probe that ended with an outcome keeps its place, waiting for its worker's
+``breaker_record`` (written after the completion, in its own call): without it, a second
+probe was admitted between the first's completion and its outcome's count. A count that
+never comes (its worker died in between) frees the place after this long."""
+
+
+def holds(s: str) -> str:
+    """A probe (``p.jid``, ``p.xid``) holds its place: its attempt is live (executing
+    under its execution id, lease unexpired: a dead worker's probe frees it when its lease
+    runs out, like a slot), or it ended with an outcome within ``PROBE_GRACE`` (its count
+    is on its way). A probe that bounced, was handed back or retried frees it at once."""
+    return f"""(EXISTS (SELECT 1 FROM {s}.job AS h
+                             WHERE h.id = p.jid AND h.execution_id = p.xid
+                               AND h.status = 'executing' AND h.lease_expires_at > t)
+                     OR EXISTS (SELECT 1 FROM {s}.execution AS x
+                                WHERE x.job_id = p.jid AND x.id = p.xid
+                                  AND x.outcome IN ('succeeded', 'failed', 'timeout')
+                                  AND x.finished_at > t - interval '{PROBE_GRACE}'))"""
 
 
 def admit_function(s: str) -> str:
@@ -133,8 +156,7 @@ def admit_function(s: str) -> str:
                     SELECT b.kind, b.key, b.state, b.open_until,
                            (SELECT count(*) FROM unnest(b.probe_jobs, b.probe_executions)
                                 AS p(jid, xid)
-                            JOIN {s}.job AS h ON h.id = p.jid AND h.execution_id = p.xid
-                             AND h.status = 'executing' AND h.lease_expires_at > t) AS live
+                            WHERE {holds(s)}) AS live
                     FROM {s}.breaker AS b
                     WHERE b.namespace = p_namespace AND b.state <> 'closed'
                       AND (b.kind, b.key) IN (SELECT breq.bkind, breq.bkey FROM breq)
@@ -171,14 +193,12 @@ def admit_function(s: str) -> str:
                         probe_jobs = ARRAY(
                             SELECT p.jid FROM unnest(b.probe_jobs, b.probe_executions)
                                 AS p(jid, xid)
-                            JOIN {s}.job AS h ON h.id = p.jid AND h.execution_id = p.xid
-                             AND h.status = 'executing' AND h.lease_expires_at > t
+                            WHERE {holds(s)}
                         ) || np.jobs,
                         probe_executions = ARRAY(
                             SELECT p.xid FROM unnest(b.probe_jobs, b.probe_executions)
                                 AS p(jid, xid)
-                            JOIN {s}.job AS h ON h.id = p.jid AND h.execution_id = p.xid
-                             AND h.status = 'executing' AND h.lease_expires_at > t
+                            WHERE {holds(s)}
                         ) || np.xids
                     FROM (
                         SELECT j.kind, e->>6 AS key, array_agg(j.id) AS jobs,

@@ -288,3 +288,26 @@ async def test_a_breaker_per_key_stores_a_kind_and_a_key_at_their_bounds(
     assert (await store.admit([ask(job, policy)]))[0][1] == "admitted"
     stored = await conn.fetchval("SELECT key FROM acta.breaker WHERE kind = $1", kind)
     assert stored == per_key.key_of(kind, None, key) and stored.startswith("sha256:")
+
+
+async def test_a_probe_that_ended_holds_its_place_until_its_outcome_is_counted(
+    conn: asyncpg.Connection, stores: list[WorkerStore]
+) -> None:
+    """The probe's completion is written (the finalizer's batch) before its outcome is
+    counted (``breaker_record``, the next call): meanwhile no second probe starts. Its place
+    frees after the grace if the count never comes (its worker died in between)."""
+    a, b = stores
+    await open_breaker(conn, a, POLICY)
+    await half_open_now(conn)
+    [probe] = await claim(conn, a)
+    assert (await a.admit([ask(probe, POLICY)]))[0][1] == "half_open"
+    assert await a.complete_executions([completions.succeeded(probe, None, 0.01)]) == {probe.id}
+    [other] = await claim(conn, b)
+    assert (await b.admit([ask(other, POLICY)]))[0][1] == "breaker"
+    # The count never comes: after the grace, the next job probes.
+    await conn.execute(
+        "UPDATE acta.execution SET finished_at = now() - interval '11 s' WHERE id = $1",
+        probe.execution_id,
+    )
+    [again] = await claim(conn, b)
+    assert (await b.admit([ask(again, POLICY)]))[0][1] == "probe"

@@ -96,10 +96,14 @@ def test_the_breaker_opens_holds_the_kind_uncharged_probes_one_at_a_time_and_clo
     for i, (h, state) in enumerate(changes):
         if state != "half_open":
             continue
-        end = next((u for u, s in changes[i + 1 :] if s in ("open", "closed")), None)
-        assert end is not None, changes
-        probes = [j for at, j in starts if h <= at < end]
-        assert len(probes) == 1, f"half-open at {h}: {len(probes)} jobs started, not 1 probe"
+        end, how = next(((u, s) for u, s in changes[i + 1 :] if s in ("open", "closed")), (0, ""))
+        assert how, changes
+        # A closing is logged after its commit too: the jobs it let start may start just
+        # before its line. An opening lets nothing start.
+        until = end - SLACK if how == "closed" else end
+        probes = [j for at, j in starts if h <= at < until]
+        assert len(probes) <= 1, f"half-open at {h}: {len(probes)} jobs started, not 1 probe"
+        assert [j for at, j in starts if h <= at < end][:1], f"half-open at {h}: no probe"
 
     # No job is charged for the outage: every charged attempt is a run of its handler
     # (the jobs held while the breaker was open bounced, uncharged), and all succeeded.
@@ -108,6 +112,8 @@ def test_the_breaker_opens_holds_the_kind_uncharged_probes_one_at_a_time_and_clo
     assert attempts == {j: ran[j] for j in ids}
     errors = sum(1 for r in runs if r.event == "error")
     assert errors == sum(a - 1 for a in attempts.values())
-    # Far fewer failures than an unguarded outage: the threshold's worth before it opened
-    # (and those already running then), plus one per failed probe.
-    assert errors < 30, errors
+    # Far fewer failures than an unguarded outage (30 jobs retried every 0.1-0.3 s for the
+    # seconds it lasted: hundreds): the threshold's worth before it opened, plus those that
+    # started before the first outcomes were counted (a finalizer batch's window: at 6
+    # executors and failing at once, up to a few dozen), plus one per failed probe.
+    assert errors < 90, errors
