@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,7 +32,9 @@ import asyncpg
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
+    precondition,
     rule,
 )
 from sqlalchemy import Engine
@@ -45,6 +48,9 @@ from acta_sqla.worker import completions
 from acta_sqla.worker.recovery import run_recovery
 
 T = TypeVar("T")
+
+STATS: Counter[str] = Counter()
+"""What the examples did (``ACTA_MODEL_STATS=1`` prints it at the end of the run)."""
 
 APP = Acta(namespace="default")
 
@@ -165,7 +171,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             b.run(store.register_worker("model", i, 8, ["plain"], "model"))
             self.workers.append(SimWorker(f"W{i}", store))
         self.jobs: dict[int, MJob] = {}
-        self.log: list[str] = []
+        self.past: list[tuple[SimWorker, ClaimedJob]] = []
+        """Every attempt ever claimed, by whom: a late write may come from any of them."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -213,6 +220,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.jobs[m.id] = m
         return m
 
+    @initialize(budgets=st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    def some_jobs(self, budgets: list[int]) -> None:
+        for budget in budgets:
+            self.enqueue("plain", budget)
+
     @rule(budget=st.integers(1, 3))
     def enqueue_plain(self, budget: int) -> None:
         self.enqueue("plain", budget)
@@ -229,6 +241,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         claimable = self.ids(lambda j: j.status == "ready" and j.due and not j.suspect)
         suspects = self.ids(lambda j: j.status == "ready" and j.due and j.suspect)
         got = [j.id for j in result.jobs]
+        STATS["claimed"] += len(got)
         expect(len(set(got)) == len(got), f"one claim took a row twice: {got}")
         expect(result.suspect_due == bool(suspects), f"suspect_due {result.suspect_due}")
         if suspects:
@@ -251,11 +264,13 @@ class ProtocolMachine(RuleBasedStateMachine):
             m.holder, m.db_started, m.alone, m.lease_expired = w.worker_id, False, cj.alone, False
             m.history.append(f"claimed by {w.name} ({cj.execution_id})")
             w.held[cj.id] = Held(cj)
+            self.past.append((w, cj))
         return result.jobs
 
     def runs_alone(self, w: SimWorker) -> bool:
         return any(e.job.alone for e in w.held.values())
 
+    @precondition(lambda self: any(j.status == "ready" for j in self.jobs.values()))
     @rule(worker=st.integers(0, 1), limit=st.integers(1, 3))
     def claim_rule(self, worker: int, limit: int) -> None:
         w = self.workers[worker]
@@ -263,6 +278,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             return
         self.claim(w, limit)
 
+    @precondition(lambda self: any(not e.started for w in self.workers for e in w.held.values()))
     @rule(worker=st.integers(0, 1), index=st.integers(0, 7))
     def start(self, worker: int, index: int) -> None:
         """The handler of one held entry starts (the database learns it at the next beat)."""
@@ -291,6 +307,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             f"{w.name}: cancel requested {sorted(report.cancel_requested)}, want {sorted(cancel)}",
         )
 
+    @precondition(lambda self: any(w.held for w in self.workers))
     @rule(worker=st.integers(0, 1))
     def heartbeat_rule(self, worker: int) -> None:
         self.heartbeat(self.workers[worker])
@@ -357,6 +374,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         m = self.jobs[job_id]
         before = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", job_id))
         applied = self.run(w.store.complete_executions([self.completion(w, entry, shape)]))
+        STATS[f"{'live' if live else 'stale'} completion"] += 1
         if live:
             expect(applied == {job_id}, f"{w.name}: live {shape} of {job_id} not applied")
             self.expected_after(m, shape)
@@ -370,6 +388,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         m = self.jobs[entry.job.id]
         return m.status == "executing" and m.execution_id == entry.job.execution_id
 
+    @precondition(lambda self: any(w.held for w in self.workers))
     @rule(worker=st.integers(0, 1), index=st.integers(0, 7), shape=st.integers(0, 20))
     def complete_rule(self, worker: int, index: int, shape: int) -> None:
         w = self.workers[worker]
@@ -378,6 +397,26 @@ class ProtocolMachine(RuleBasedStateMachine):
         job_id = sorted(w.held)[index % len(w.held)]
         shapes = STARTED_SHAPES if w.held[job_id].started else UNSTARTED_SHAPES
         self.complete(w, job_id, shapes[shape % len(shapes)])
+
+    def stale_attempts(self) -> list[tuple[SimWorker, ClaimedJob]]:
+        return [(w, cj) for w, cj in self.past if not self.live_entry(w, Held(cj))]
+
+    @precondition(lambda self: bool(self.stale_attempts()))
+    @rule(index=st.integers(0, 31), shape=st.integers(0, 20))
+    def late_write(self, index: int, shape: int) -> None:
+        """A write of an attempt that no longer owns its row arrives late (a finalizer's
+        repeated write, a stalled worker's completion after its lease was taken over):
+        it must change nothing, whatever its shape."""
+        stale = self.stale_attempts()
+        w, cj = stale[index % len(stale)]
+        shapes = STARTED_SHAPES + UNSTARTED_SHAPES
+        before = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", cj.id))
+        completion = self.completion(w, Held(cj), shapes[shape % len(shapes)])
+        applied = self.run(w.store.complete_executions([completion]))
+        after = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", cj.id))
+        STATS["late write"] += 1
+        expect(applied == set(), f"a late {completion.outcome} of job {cj.id} applied")
+        expect(dict(after) == dict(before), f"a late write of job {cj.id} changed its row")
 
     # ------------------------------------------------------------------ leases and recovery
 
@@ -388,6 +427,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
         m.lease_expired = True
 
+    @precondition(lambda self: any(j.status == "executing" for j in self.jobs.values()))
     @rule(index=st.integers(0, 7))
     def lease_runs_out(self, index: int) -> None:
         m = self.pick(self.ids(lambda j: j.status == "executing" and not j.lease_expired), index)
@@ -398,6 +438,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         expired = [j for j in self.jobs.values() if j.status == "executing" and j.lease_expired]
         result = self.run(run_recovery(w.store))
         charged = 0
+        STATS["recovered"] += len(expired)
         for m in expired:
             was_charged = m.alone or m.db_started
             charged += was_charged
@@ -421,6 +462,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
         expect(result.charged == charged, f"recovery charged {result.charged}, want {charged}")
 
+    @precondition(
+        lambda self: any(j.lease_expired and j.status == "executing" for j in self.jobs.values())
+    )
     @rule(worker=st.integers(0, 1))
     def recovery_pass(self, worker: int) -> None:
         self.recover(self.workers[worker])
@@ -436,6 +480,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ time
 
+    @precondition(lambda self: any(j.status == "ready" and not j.due for j in self.jobs.values()))
     @rule()
     def time_passes(self) -> None:
         """Every ready job comes due (its delay or back-off elapsed)."""
@@ -449,6 +494,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ the operator
 
+    @precondition(lambda self: bool(self.jobs))
     @rule(index=st.integers(0, 15))
     def cancel(self, index: int) -> None:
         m = self.pick(list(self.jobs), index)
@@ -466,6 +512,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         expect(outcome == want, f"cancel of job {m.id} ({m.status}) answered {outcome}")
         m.history.append(f"cancel -> {outcome}")
 
+    @precondition(lambda self: any(j.terminal for j in self.jobs.values()))
     @rule(index=st.integers(0, 15))
     def retry(self, index: int) -> None:
         m = self.pick(list(self.jobs), index)
@@ -481,6 +528,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @invariant()
     def check(self) -> None:
+        STATS["checks"] += 1
         rows = self.run(
             self.bench.conn.fetch(
                 "SELECT j.id, j.status, j.attempts, j.execution_id, j.worker_id, "
@@ -550,6 +598,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         expect(not stuck, f"stranded after the drain: {stuck}")
 
     def teardown(self) -> None:
+        STATS["examples"] += 1
+        STATS["jobs"] += len(self.jobs)
         # Hypothesis calls teardown in a ``finally``: after a failing step, leave that
         # failure alone (a drain from a broken state would only report it again, worse).
         if sys.exc_info()[1] is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import asyncpg
@@ -24,7 +25,7 @@ from sqlalchemy.engine import make_url
 from acta_sqla.database import asyncpg_dsn
 from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore
-from tests.model.protocol import Bench, machine_for
+from tests.model.protocol import STATS, Bench, machine_for
 
 pytestmark = pytest.mark.model
 
@@ -56,15 +57,23 @@ def bench(database_url: str, _reset_sql: str) -> Bench:
 @pytest.mark.timeout(600)
 def test_the_worker_protocol_keeps_its_invariants(bench: Bench) -> None:
     machine = machine_for(bench)
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS,
-            deadline=None,
-            database=DirectoryBasedExampleDatabase(DATABASE),
-            print_blob=True,
-            suppress_health_check=list(HealthCheck),
-            phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
-        ),
-    )
+    # Trying a mutation by hand (docs/reliability.md, "Model check"): ACTA_MODEL_NO_SHRINK=1
+    # reports the first failing sequence as found, and how long finding it took.
+    shrink = () if os.environ.get("ACTA_MODEL_NO_SHRINK") else (Phase.shrink,)
+    began = time.monotonic()
+    try:
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=EXAMPLES,
+                stateful_step_count=STEPS,
+                deadline=None,
+                database=DirectoryBasedExampleDatabase(DATABASE),
+                print_blob=True,
+                suppress_health_check=list(HealthCheck),
+                phases=(Phase.explicit, Phase.reuse, Phase.generate, *shrink),
+            ),
+        )
+    finally:
+        if os.environ.get("ACTA_MODEL_STATS"):
+            print(f"{time.monotonic() - began:.1f}s", dict(STATS))
