@@ -26,6 +26,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import asyncpg
@@ -40,11 +41,14 @@ from hypothesis.stateful import (
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from acta_sqla import Acta, Context
+from acta_sqla import Acta, Context, Job, JobActive
+from acta_sqla.errors import UniqueKeyHeld
 from acta_sqla.policy import Policy
+from acta_sqla.session import resume_kind
 from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob, Completion, Outcome
-from acta_sqla.worker import completions
+from acta_sqla.waits import child_row
+from acta_sqla.worker import admission, completions
 from acta_sqla.worker.recovery import run_recovery
 
 T = TypeVar("T")
@@ -60,18 +64,61 @@ async def plain(ctx: Context) -> None:
     """Never run: the model's workers decide each attempt's ending themselves."""
 
 
+KEY_LIMIT = 2
+
+
+@APP.job(kind="keyed", concurrency_key="key{c}", concurrency_limit=KEY_LIMIT)
+async def keyed(ctx: Context, c: int) -> None:
+    """At most KEY_LIMIT running per key."""
+
+
+RATE_COUNT = 1
+
+
+@APP.job(kind="rated", rate="1/h")
+async def rated(ctx: Context) -> None:
+    """One start an hour (the model's clock moves the meter on)."""
+
+
+@APP.job(kind="laned", lane="lane{n}")
+async def laned(ctx: Context, n: int) -> None:
+    """One at a time per lane, in enqueue order."""
+
+
+@APP.job(kind="uniq", unique_key="u{u}")
+async def uniq(ctx: Context, u: int) -> None:
+    """One unfinished job per key."""
+
+
+KINDS = tuple(APP.handlers)
+
 RETRY_POLICY = Policy(backoff_base=3600.0, backoff_max=3600.0)
 """The workers' policy for a plain failure: its back-off is an hour, so a retried job is
 not due until the model moves time on (the job's own max_attempts is its budget)."""
+
+BOUNCE = 3600.0
+"""Admission's bounce delay: a bounced job is due again once the model moves time on."""
 
 ERROR = completions.ErrorFields("model.Error", "the model's handler failed", "")
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
-STARTED_SHAPES = ("success", "failure", "retry_now", "retry_later", "timeout", "cancel", "stop")
+STARTED_SHAPES = (
+    "success",
+    "failure",
+    "retry_now",
+    "retry_later",
+    "timeout",
+    "cancel",
+    "stop",
+    "signal_wait",
+    "children_wait",
+)
 """Endings of an attempt whose handler ran."""
 UNSTARTED_SHAPES = ("handback", "bounce", "fail_unrun")
 """Endings of an attempt whose handler never ran."""
+SIGNALS = ("go", "stop")
+MAX_UNFINISHED = 8
 
 
 # ------------------------------------------------------------------------------ the model
@@ -94,17 +141,36 @@ class MJob:
     """The database was told (by a heartbeat) that the current attempt started."""
     alone: bool = False
     """The current attempt was claimed alone (the job was a suspect at its claim)."""
+    admitted: bool = False
+    """The current attempt holds its concurrency slot / passed its rate meter."""
     lease_expired: bool = False
     cancel_requested: bool = False
     suspect: bool = False
     lost_before: bool = False
     executions: int = 0
     """Execution (history) rows the job must have."""
+    key: str | None = None
+    lane: str | None = None
+    unique: str | None = None
+    wait: str | None = None
+    """Why a ``waiting`` job waits: ``lane`` (queued behind its lane's head), ``signal``,
+    ``children``."""
+    awaited: str | None = None
+    signals: set[str] = field(default_factory=set)
+    parent: int | None = None
+    parent_execution: int | None = None
+    pending: int = 0
+    resumes: int = 0
     history: list[str] = field(default_factory=list)
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def lane_head(self) -> bool:
+        """Holds its lane: unfinished and not queued behind another job."""
+        return self.lane is not None and not self.terminal and self.wait != "lane"
 
 
 @dataclass
@@ -113,6 +179,9 @@ class Held:
 
     job: ClaimedJob
     started: bool = False
+    overdue: bool = False
+    """The attempt's deadline passed (its lease ran out): the worker stopped renewing it
+    and cancelled its handler; its only write left is the lease-lost completion."""
 
 
 @dataclass
@@ -122,6 +191,8 @@ class SimWorker:
     held: dict[int, Held] = field(default_factory=dict)
     """Job id → entry; kept after the row is lost (the worker does not know yet), so a
     stale completion or renewal can be tried."""
+    paused: frozenset[str] = frozenset()
+    """The paused kinds as this worker last loaded them."""
 
     @property
     def worker_id(self) -> int:
@@ -168,11 +239,19 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.workers: list[SimWorker] = []
         for i, store in enumerate(b.stores):
             store.worker_id = None
-            b.run(store.register_worker("model", i, 8, ["plain"], "model"))
+            store.paused = []
+            b.run(store.register_worker("model", i, 8, list(KINDS), "model"))
             self.workers.append(SimWorker(f"W{i}", store))
+        declared = {k: h.policy.to_json() for k, h in APP.handlers.items()}
+        b.run(b.stores[0].store_definitions(declared))
         self.jobs: dict[int, MJob] = {}
         self.past: list[tuple[SimWorker, ClaimedJob]] = []
         """Every attempt ever claimed, by whom: a late write may come from any of them."""
+        self.meter_free: dict[str, bool] = {}
+        """Per rate key: the meter would admit now (the model's clock moved on)."""
+        self.rate_starts: Counter[str] = Counter()
+        """Admissions per rate key since the model's clock last moved (one window)."""
+        self.paused: set[str] = set()
 
     # ------------------------------------------------------------------ helpers
 
@@ -189,34 +268,114 @@ class ProtocolMachine(RuleBasedStateMachine):
     def sql(self, statement: str, *args: Any) -> str:
         return self.run(self.bench.conn.execute(statement, *args))
 
+    def row(self, job_id: int) -> dict[str, Any] | None:
+        r = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", job_id))
+        return None if r is None else dict(r)
+
     def pick(self, ids: list[int], index: int) -> MJob | None:
         return self.jobs[sorted(ids)[index % len(ids)]] if ids else None
 
     def ids(self, predicate: Callable[[MJob], bool]) -> list[int]:
         return [j.id for j in self.jobs.values() if predicate(j)]
 
-    def live(self, worker: SimWorker, job_id: int) -> bool:
-        """The worker's entry still owns the row (its write would apply)."""
-        m = self.jobs[job_id]
-        entry = worker.held.get(job_id)
+    def live_entry(self, entry: Held) -> bool:
+        """The attempt still owns its row (its write would apply)."""
+        m = self.jobs.get(entry.job.id)
         return (
-            entry is not None
-            and m.status == "executing"
-            and m.execution_id == entry.job.execution_id
+            m is not None and m.status == "executing" and m.execution_id == entry.job.execution_id
         )
+
+    def live(self, worker: SimWorker, job_id: int) -> bool:
+        entry = worker.held.get(job_id)
+        return entry is not None and self.live_entry(entry)
+
+    def note(self, m: MJob, what: str) -> None:
+        m.history.append(what)
+
+    # ------------------------------------------------------------------ transitions
+
+    def hand_on(self, lane: str) -> None:
+        """The lane's head left: its oldest queued job is the head now."""
+        queued = [j for j in self.jobs.values() if j.lane == lane and j.wait == "lane"]
+        if queued and not any(j.lane_head for j in self.jobs.values() if j.lane == lane):
+            nxt = min(queued, key=lambda j: j.id)
+            nxt.status, nxt.wait, nxt.due = "ready", None, True
+            self.note(nxt, "lane handed on")
+
+    def child_ended(self, child: MJob) -> None:
+        p = self.jobs.get(child.parent) if child.parent is not None else None
+        if (
+            p is not None
+            and p.status == "waiting"
+            and p.wait == "children"
+            and p.pending > 0
+            and p.execution_id == child.parent_execution
+        ):
+            p.pending -= 1
+            self.note(p, f"child {child.id} ended ({p.pending} left)")
+            if p.pending == 0:
+                p.status, p.wait, p.due = "ready", None, True
+                p.resumes += 1
+                self.note(p, "resumed by its children")
+
+    def ended(self, m: MJob, status: str, *, deleted: bool = False) -> None:
+        """``m`` leaves an unfinished state for ``status`` (or is deleted), with the
+        terminal effects of every writer: a lane handed on, a parent told, the children of
+        a cancelled (or deleted) wait cancelled."""
+        was_head, pending = m.lane_head, m.pending
+        m.status, m.holder, m.admitted, m.pending, m.awaited = status, None, False, 0, None
+        m.wait = None
+        if deleted:
+            del self.jobs[m.id]
+        if was_head and m.lane is not None:
+            self.hand_on(m.lane)
+        self.child_ended(m)
+        if pending > 0 and (status == "cancelled" or deleted):
+            for c in [j for j in self.jobs.values() if j.parent == m.id]:
+                if c.status in ("ready", "waiting"):
+                    c.cancel_requested = True
+                    self.note(c, "cancelled with its parent")
+                    self.ended(c, "cancelled")
+                elif c.status == "executing":
+                    c.cancel_requested = True
+                    self.note(c, "cancel requested with its parent")
+
+    def settle(self, m: MJob, status: str, due: bool) -> None:
+        """An attempt's write moved ``m`` to ``status`` (from executing)."""
+        if status in TERMINAL:
+            self.ended(m, status)
+        else:
+            m.status, m.holder, m.admitted, m.due = status, None, False, due
 
     # ------------------------------------------------------------------ enqueue
 
-    def enqueue(self, kind: str, budget: int, delay: float | None = None) -> MJob:
+    def enqueue(self, kind: str, budget: int, delay: float | None = None, **args: int) -> MJob:
         handler = APP.handlers[kind]
 
         def add(session: Session) -> int:
-            job = APP.enqueue_sync(session, handler.job(max_attempts=budget, delay=delay))
+            job = APP.enqueue_sync(session, handler.job(max_attempts=budget, delay=delay, **args))
             session.flush()
             return int(job.id)
 
-        m = MJob(id=self.operator(add), kind=kind, budget=budget, due=delay is None)
-        m.history.append("enqueued")
+        job_id = self.operator(add)
+        STATS[f"enqueue {kind}"] += 1
+        key = f"key{args['c']}" if kind == "keyed" else None
+        lane = f"lane{args['n']}" if kind == "laned" else None
+        unique = f"u{args['u']}" if kind == "uniq" else None
+        if unique is not None:
+            holders = [j for j in self.jobs.values() if j.unique == unique and not j.terminal]
+            if holders:
+                expect(
+                    job_id == holders[0].id, f"unique {unique}: {job_id}, held by {holders[0].id}"
+                )
+                self.note(holders[0], "its unique key asked again")
+                return holders[0]
+        expect(job_id not in self.jobs, f"enqueue answered job {job_id} again")
+        m = MJob(id=job_id, kind=kind, budget=budget, due=delay is None)
+        m.key, m.lane, m.unique = key, lane, unique
+        if lane is not None and any(j.lane == lane and not j.terminal for j in self.jobs.values()):
+            m.status, m.wait = "waiting", "lane"
+        self.note(m, f"enqueued {kind}{args or ''} -> {m.status}")
         self.jobs[m.id] = m
         return m
 
@@ -225,21 +384,50 @@ class ProtocolMachine(RuleBasedStateMachine):
         for budget in budgets:
             self.enqueue("plain", budget)
 
+    def room(self) -> bool:
+        """A bound on the unfinished jobs (a small state, explored in depth)."""
+        return sum(1 for j in self.jobs.values() if not j.terminal) < MAX_UNFINISHED
+
+    @precondition(room)
     @rule(budget=st.integers(1, 3))
     def enqueue_plain(self, budget: int) -> None:
         self.enqueue("plain", budget)
 
+    @precondition(room)
     @rule(budget=st.integers(1, 3))
     def enqueue_delayed(self, budget: int) -> None:
         self.enqueue("plain", budget, delay=3600.0)
+
+    @precondition(room)
+    @rule(c=st.integers(0, 1), n=st.integers(1, 3))
+    def enqueue_keyed(self, c: int, n: int) -> None:
+        for _ in range(n):
+            self.enqueue("keyed", 2, c=c)
+
+    @precondition(room)
+    @rule()
+    def enqueue_rated(self) -> None:
+        self.enqueue("rated", 2)
+
+    @precondition(room)
+    @rule(n=st.integers(0, 1), count=st.integers(1, 3))
+    def enqueue_laned(self, n: int, count: int) -> None:
+        for _ in range(count):
+            self.enqueue("laned", 2, n=n)
+
+    @precondition(room)
+    @rule(u=st.integers(0, 1))
+    def enqueue_unique(self, u: int) -> None:
+        self.enqueue("uniq", 2, u=u)
 
     # ------------------------------------------------------------------ claim and start
 
     def claim(self, w: SimWorker, limit: int) -> list[ClaimedJob]:
         alone = not w.held
         result = self.run(w.store.claim(limit, alone))
-        claimable = self.ids(lambda j: j.status == "ready" and j.due and not j.suspect)
-        suspects = self.ids(lambda j: j.status == "ready" and j.due and j.suspect)
+        due = [j for j in self.jobs.values() if j.status == "ready" and j.due]
+        claimable = [j.id for j in due if not j.suspect and j.kind not in w.paused]
+        suspects = [j.id for j in due if j.suspect and j.kind not in w.paused]
         got = [j.id for j in result.jobs]
         STATS["claimed"] += len(got)
         expect(len(set(got)) == len(got), f"one claim took a row twice: {got}")
@@ -262,7 +450,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             expect(cj.alone == m.suspect, f"job {m.id}: claimed alone={cj.alone}")
             m.status, m.attempts, m.execution_id = "executing", cj.attempts, cj.execution_id
             m.holder, m.db_started, m.alone, m.lease_expired = w.worker_id, False, cj.alone, False
-            m.history.append(f"claimed by {w.name} ({cj.execution_id})")
+            m.admitted = False
+            self.note(m, f"claimed by {w.name} ({cj.execution_id})")
             w.held[cj.id] = Held(cj)
             self.past.append((w, cj))
         return result.jobs
@@ -278,30 +467,82 @@ class ProtocolMachine(RuleBasedStateMachine):
             return
         self.claim(w, limit)
 
+    def live_holders(self, key: str) -> int:
+        return sum(
+            1
+            for j in self.jobs.values()
+            if j.key == key and j.status == "executing" and j.admitted and not j.lease_expired
+        )
+
+    def start(self, w: SimWorker, job_id: int) -> None:
+        """The executor takes the entry: admission first (a keyed or rated job), then the
+        handler starts (the database learns it at the next beat)."""
+        entry = w.held[job_id]
+        job = entry.job
+        policy = APP.handlers[job.kind].policy
+        if admission.request(job, policy, BOUNCE) is None:
+            entry.started = True
+            return
+        m = self.jobs.get(job_id)
+        live = self.live_entry(entry)
+        if live:
+            assert m is not None
+            slot_ok = m.key is None or self.live_holders(m.key) < KEY_LIMIT
+            rate_ok = m.kind != "rated" or self.meter_free.get("rated", True)
+            want = "admitted" if slot_ok and rate_ok else ("slot" if not slot_ok else "rate")
+        else:
+            want = "lost"
+        gate = admission.Admission(
+            w.store, lambda kind: APP.handlers[kind].policy, "default", BOUNCE
+        )
+        verdict = self.run(gate(SimpleNamespace(job=job)))  # type: ignore[arg-type]
+        STATS[f"admission {want}"] += 1
+        if verdict is None:
+            expect(want == "admitted", f"job {job_id}: admitted, the model says {want}")
+            assert m is not None
+            m.admitted, entry.started = True, True
+            if m.kind == "rated":
+                self.meter_free["rated"] = False
+                self.rate_starts["rated"] += 1
+            self.note(m, f"admitted ({w.name})")
+            return
+        expect(want != "admitted", f"job {job_id}: refused ({verdict.outcome}), model admits")
+        # The bounce (or, for a lost row, the hand-back) is written like any completion.
+        w.held.pop(job_id)
+        applied = self.run(w.store.complete_executions([verdict]))
+        if want == "lost":
+            expect(applied == set(), f"job {job_id}: a lost admission's hand-back applied")
+            return
+        assert m is not None
+        expect(applied == {job_id}, f"job {job_id}: its bounce did not apply")
+        m.attempts -= 1
+        self.note(m, f"bounced ({want})")
+        status = "cancelled" if m.cancel_requested else "ready"
+        self.settle(m, status, due=False)
+
     @precondition(lambda self: any(not e.started for w in self.workers for e in w.held.values()))
     @rule(worker=st.integers(0, 1), index=st.integers(0, 7))
-    def start(self, worker: int, index: int) -> None:
-        """The handler of one held entry starts (the database learns it at the next beat)."""
+    def start_rule(self, worker: int, index: int) -> None:
         w = self.workers[worker]
-        unstarted = [i for i, e in w.held.items() if not e.started]
+        unstarted = [i for i, e in w.held.items() if not e.started and not e.overdue]
         if unstarted:
-            job_id = sorted(unstarted)[index % len(unstarted)]
-            w.held[job_id].started = True
+            self.start(w, sorted(unstarted)[index % len(unstarted)])
 
     # ------------------------------------------------------------------ heartbeat
 
     def heartbeat(self, w: SimWorker) -> None:
-        held = [(i, e.job.execution_id, e.started) for i, e in sorted(w.held.items())]
+        beating = {i: e for i, e in w.held.items() if not e.overdue}
+        held = [(i, e.job.execution_id, e.started) for i, e in sorted(beating.items())]
         report = self.run(w.store.heartbeat(held))
         renewed = {job_id for job_id, _ in report.renewed}
-        want = {i for i in w.held if self.live(w, i)}
+        want = {i for i, e in beating.items() if self.live_entry(e)}
         expect(renewed == want, f"{w.name} renewed {sorted(renewed)}, live {sorted(want)}")
         expect(not report.busy, f"{w.name}: rows busy with nobody else writing: {report.busy}")
         for job_id in renewed:
             m = self.jobs[job_id]
             m.lease_expired = False
             m.db_started = m.db_started or w.held[job_id].started
-        cancel = {i for i in w.held if self.live(w, i) and self.jobs[i].cancel_requested}
+        cancel = {i for i in want if self.jobs[i].cancel_requested}
         expect(
             report.cancel_requested == cancel,
             f"{w.name}: cancel requested {sorted(report.cancel_requested)}, want {sorted(cancel)}",
@@ -314,7 +555,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ completion
 
-    def completion(self, w: SimWorker, entry: Held, shape: str) -> Completion:
+    def completion(self, entry: Held, shape: str, signal: str = "go") -> Completion:
         job = entry.job
         if shape == "success":
             return completions.succeeded(job, '{"ok": true}', 0.01)
@@ -326,80 +567,116 @@ class ProtocolMachine(RuleBasedStateMachine):
             return completions.retry_at(job, RETRY_POLICY, ERROR, 0.01, 3600.0)
         if shape == "timeout":
             return completions.stopped(job, RETRY_POLICY, Outcome.TIMEOUT, 0.01)
+        if shape == "lease_lost":
+            return completions.stopped(job, RETRY_POLICY, Outcome.LEASE_LOST, 0.01)
         if shape == "cancel":
             return completions.cancelled(job, ERROR, 0.01)
         if shape == "stop":
             return completions.interrupted(job, ERROR, 0.01)
+        if shape == "signal_wait":
+            return completions.wait_for_signal(job, signal, None, 0.01)
+        if shape == "children_wait":
+            kids = [child_row(APP.handlers["plain"].job(max_attempts=2), i) for i in range(2)]
+            return completions.wait_for_children(job, kids, 0.01)
         if shape == "handback":
             return completions.handback(job, 0.0)
         if shape == "bounce":
-            return completions.bounce(job, 3600.0)
+            return completions.bounce(job, BOUNCE)
         if shape == "fail_unrun":
             return completions.fail_now(job, ERROR, None)
         raise AssertionError(shape)
 
-    def expected_after(self, m: MJob, shape: str) -> None:
+    def expected_after(self, m: MJob, shape: str, signal: str) -> None:
         """Apply an attempt's ending to the model job ``m`` (its write applied)."""
-        charged_fail = shape in ("failure", "retry_now", "retry_later", "timeout")
-        refund = shape in ("stop", "handback", "bounce")
+        charged_fail = shape in ("failure", "retry_now", "retry_later", "timeout", "lease_lost")
+        refund = shape in ("stop", "handback", "bounce", "signal_wait", "children_wait")
+        due = True
         if shape == "success":
-            status, due = "succeeded", True
+            status = "succeeded"
         elif charged_fail:
-            spent = m.attempts >= m.budget
-            status = "failed" if spent else "ready"
+            status = "failed" if m.attempts >= m.budget else "ready"
             due = shape == "retry_now"
-        elif shape in ("cancel",):
-            status, due = "cancelled", True
-        elif shape == "fail_unrun":
-            status, due = "failed", True
+        elif shape in ("cancel", "fail_unrun"):
+            status = "cancelled" if shape == "cancel" else "failed"
         elif shape in ("stop", "handback"):
-            status, due = "ready", True
+            status = "ready"
         elif shape == "bounce":
             status, due = "ready", False
+        elif shape == "signal_wait":
+            status = "ready" if signal in m.signals else "waiting"
+        elif shape == "children_wait":
+            status = "waiting"
         else:
             raise AssertionError(shape)
-        if status == "ready" and m.cancel_requested:
-            status = "cancelled"  # an operator's cancel wins over a return to ready
+        if status in ("ready", "waiting") and m.cancel_requested:
+            status = "cancelled"  # an operator's cancel wins over a return to ready or a wait
         if refund:
             m.attempts -= 1
         if shape not in ("handback", "bounce"):
             m.executions += 1
-        m.status, m.due = status, due
-        m.holder = None if status != "executing" else m.holder
-        m.history.append(f"{shape} -> {status}")
+        self.note(m, f"{shape} -> {status}")
+        if status == "waiting":
+            m.status, m.holder, m.admitted = "waiting", None, False
+            if shape == "signal_wait":
+                m.wait, m.awaited = "signal", signal
+            else:
+                m.wait, m.pending = "children", 2
+                kids = self.run(
+                    self.bench.conn.fetch(
+                        "SELECT id FROM acta.job WHERE parent_id = $1 "
+                        "AND parent_execution_id = $2 ORDER BY id",
+                        m.id,
+                        m.execution_id,
+                    )
+                )
+                expect(len(kids) == 2, f"job {m.id}: {len(kids)} children spawned, not 2")
+                for (kid,) in kids:
+                    c = MJob(id=kid, kind="plain", budget=2)
+                    c.parent, c.parent_execution = m.id, m.execution_id
+                    self.note(c, f"spawned by {m.id}")
+                    self.jobs[kid] = c
+        else:
+            self.settle(m, status, due)
 
-    def complete(self, w: SimWorker, job_id: int, shape: str) -> None:
+    def complete(self, w: SimWorker, job_id: int, shape: str, signal: str = "go") -> None:
         entry = w.held.pop(job_id)
-        live = self.live_entry(w, entry)
-        m = self.jobs[job_id]
-        before = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", job_id))
-        applied = self.run(w.store.complete_executions([self.completion(w, entry, shape)]))
+        live = self.live_entry(entry)
+        before = self.row(job_id)
+        applied = self.run(w.store.complete_executions([self.completion(entry, shape, signal)]))
         STATS[f"{'live' if live else 'stale'} completion"] += 1
         if live:
             expect(applied == {job_id}, f"{w.name}: live {shape} of {job_id} not applied")
-            self.expected_after(m, shape)
+            self.expected_after(self.jobs[job_id], shape, signal)
         else:
             expect(applied == set(), f"{w.name}: stale {shape} of job {job_id} applied")
-            after = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", job_id))
-            expect(dict(after) == dict(before), f"stale {shape} of job {job_id} changed its row")
-            m.history.append(f"stale {shape} by {w.name} refused")
-
-    def live_entry(self, w: SimWorker, entry: Held) -> bool:
-        m = self.jobs[entry.job.id]
-        return m.status == "executing" and m.execution_id == entry.job.execution_id
+            expect(self.row(job_id) == before, f"stale {shape} of job {job_id} changed its row")
 
     @precondition(lambda self: any(w.held for w in self.workers))
-    @rule(worker=st.integers(0, 1), index=st.integers(0, 7), shape=st.integers(0, 20))
-    def complete_rule(self, worker: int, index: int, shape: int) -> None:
+    @rule(
+        worker=st.integers(0, 1),
+        index=st.integers(0, 7),
+        shape=st.integers(0, 20),
+        signal=st.sampled_from(SIGNALS),
+    )
+    def complete_rule(self, worker: int, index: int, shape: int, signal: str) -> None:
         w = self.workers[worker]
         if not w.held:
             return
         job_id = sorted(w.held)[index % len(w.held)]
-        shapes = STARTED_SHAPES if w.held[job_id].started else UNSTARTED_SHAPES
-        self.complete(w, job_id, shapes[shape % len(shapes)])
+        entry = w.held[job_id]
+        if entry.overdue:
+            shapes: tuple[str, ...] = ("lease_lost",)
+        elif entry.started:
+            shapes = STARTED_SHAPES
+            m = self.jobs.get(job_id)
+            if m is not None and m.lane is not None:
+                shapes = tuple(s for s in shapes if s != "children_wait")
+        else:
+            shapes = UNSTARTED_SHAPES
+        self.complete(w, job_id, shapes[shape % len(shapes)], signal)
 
     def stale_attempts(self) -> list[tuple[SimWorker, ClaimedJob]]:
-        return [(w, cj) for w, cj in self.past if not self.live_entry(w, Held(cj))]
+        return [(w, cj) for w, cj in self.past if not self.live_entry(Held(cj))]
 
     @precondition(lambda self: bool(self.stale_attempts()))
     @rule(index=st.integers(0, 31), shape=st.integers(0, 20))
@@ -410,13 +687,12 @@ class ProtocolMachine(RuleBasedStateMachine):
         stale = self.stale_attempts()
         w, cj = stale[index % len(stale)]
         shapes = STARTED_SHAPES + UNSTARTED_SHAPES
-        before = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", cj.id))
-        completion = self.completion(w, Held(cj), shapes[shape % len(shapes)])
+        before = self.row(cj.id)
+        completion = self.completion(Held(cj), shapes[shape % len(shapes)])
         applied = self.run(w.store.complete_executions([completion]))
-        after = self.run(self.bench.conn.fetchrow("SELECT * FROM acta.job WHERE id=$1", cj.id))
         STATS["late write"] += 1
         expect(applied == set(), f"a late {completion.outcome} of job {cj.id} applied")
-        expect(dict(after) == dict(before), f"a late write of job {cj.id} changed its row")
+        expect(self.row(cj.id) == before, f"a late write of job {cj.id} changed its row")
 
     # ------------------------------------------------------------------ leases and recovery
 
@@ -426,6 +702,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             m.id,
         )
         m.lease_expired = True
+        for w in self.workers:  # the holder's attempt deadline passed before its lease
+            entry = w.held.get(m.id)
+            if entry is not None and self.live_entry(entry):
+                entry.overdue = True
 
     @precondition(lambda self: any(j.status == "executing" for j in self.jobs.values()))
     @rule(index=st.integers(0, 7))
@@ -451,11 +731,11 @@ class ProtocolMachine(RuleBasedStateMachine):
                 status = "failed"
             else:
                 status = "ready"
-            m.status, m.due, m.holder = status, True, None
             m.suspect = m.suspect or isolate
             m.lost_before = True
             m.executions += 1
-            m.history.append(f"recovered by {w.name} -> {status} (charged={was_charged})")
+            self.note(m, f"recovered by {w.name} -> {status} (charged={was_charged})")
+            self.settle(m, status, due=True)
         expect(
             result.recovered == len(expired),
             f"recovery returned {result.recovered}, expired {[m.id for m in expired]}",
@@ -476,21 +756,33 @@ class ProtocolMachine(RuleBasedStateMachine):
         w = self.workers[worker]
         w.held.clear()
         w.store.worker_id = None
-        self.run(w.store.register_worker("model", worker + 10, 8, ["plain"], "model"))
+        self.run(w.store.register_worker("model", worker + 10, 8, list(KINDS), "model"))
 
     # ------------------------------------------------------------------ time
 
-    @precondition(lambda self: any(j.status == "ready" and not j.due for j in self.jobs.values()))
-    @rule()
     def time_passes(self) -> None:
-        """Every ready job comes due (its delay or back-off elapsed)."""
+        """Every ready job comes due (its delay, back-off or bounce elapsed), and every
+        rate meter admits again."""
         self.sql(
             "UPDATE acta.job SET run_at = now() - interval '1 millisecond' "
             "WHERE status = 'ready' AND run_at > now()"
         )
+        self.sql("UPDATE acta.rate_meter SET next_at = now() - interval '1 millisecond'")
         for m in self.jobs.values():
             if m.status == "ready":
                 m.due = True
+        self.meter_free = {k: True for k in self.meter_free}
+        self.rate_starts.clear()
+
+    @precondition(
+        lambda self: (
+            any(j.status == "ready" and not j.due for j in self.jobs.values())
+            or not all(self.meter_free.values())
+        )
+    )
+    @rule()
+    def time_passes_rule(self) -> None:
+        self.time_passes()
 
     # ------------------------------------------------------------------ the operator
 
@@ -498,42 +790,139 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 15))
     def cancel(self, index: int) -> None:
         m = self.pick(list(self.jobs), index)
-        if m is None:
-            return
+        assert m is not None
         outcome = self.operator(lambda s: APP.cancel_sync(s, m.id))
+        self.note(m, f"cancel -> {outcome}")
         if m.status in ("ready", "waiting"):
             want = "cancelled"
-            m.status, m.cancel_requested = "cancelled", True
+            m.cancel_requested = True
+            self.ended(m, "cancelled")
         elif m.status == "executing":
             want = "requested"
             m.cancel_requested = True
         else:
             want = "finished"
         expect(outcome == want, f"cancel of job {m.id} ({m.status}) answered {outcome}")
-        m.history.append(f"cancel -> {outcome}")
 
     @precondition(lambda self: any(j.terminal for j in self.jobs.values()))
     @rule(index=st.integers(0, 15))
     def retry(self, index: int) -> None:
-        m = self.pick(list(self.jobs), index)
-        if m is None:
+        m = self.pick(self.ids(lambda j: j.terminal), index)
+        assert m is not None
+        held_by = [
+            j.id for j in self.jobs.values() if m.unique and j.unique == m.unique and not j.terminal
+        ]
+        try:
+            done = self.operator(lambda s: APP.retry_sync(s, m.id))
+        except UniqueKeyHeld:
+            expect(bool(held_by), f"retry of job {m.id} refused: its key is free")
+            self.note(m, "retry refused: unique key held")
             return
-        done = self.operator(lambda s: APP.retry_sync(s, m.id))
-        expect(done == m.terminal, f"retry of job {m.id} ({m.status}) answered {done}")
-        if done:
-            m.status, m.attempts, m.due, m.cancel_requested = "ready", 0, True, False
-            m.history.append("retried")
+        expect(not held_by, f"retry of job {m.id} done while {held_by} holds its key")
+        expect(done, f"retry of a finished job {m.id} answered False")
+        m.attempts, m.due, m.cancel_requested = 0, True, False
+        m.status, m.wait = "ready", None
+        if m.lane is not None and any(
+            j.lane_head for j in self.jobs.values() if j.lane == m.lane and j.id != m.id
+        ):
+            m.status, m.wait = "waiting", "lane"
+        p = self.jobs.get(m.parent) if m.parent is not None else None
+        if (
+            p is not None
+            and p.status == "waiting"
+            and p.wait == "children"
+            and p.pending > 0
+            and p.execution_id == m.parent_execution
+        ):
+            p.pending += 1
+            self.note(p, f"child {m.id} retried ({p.pending} left)")
+        self.note(m, f"retried -> {m.status}")
+
+    @precondition(lambda self: any(not j.terminal for j in self.jobs.values()))
+    @rule(index=st.integers(0, 15), name=st.sampled_from(SIGNALS))
+    def signal(self, index: int, name: str) -> None:
+        m = self.pick(self.ids(lambda j: not j.terminal), index)
+        assert m is not None
+        status = self.operator(lambda s: APP.signal_sync(s, m.id, name, {"n": 1}))
+        m.signals.add(name)
+        self.note(m, f"signal {name} -> {status}")
+        if m.status == "waiting" and m.wait == "signal" and m.awaited == name:
+            m.status, m.wait, m.awaited, m.due = "ready", None, None, True
+            m.resumes += 1
+        expect(status == m.status, f"signal of job {m.id} answered {status}, model {m.status}")
+
+    @precondition(lambda self: any(j.terminal for j in self.jobs.values()))
+    @rule(index=st.integers(0, 15))
+    def delete_finished(self, index: int) -> None:
+        """An application deletes a finished job (``session.delete``)."""
+        m = self.pick(self.ids(lambda j: j.terminal), index)
+        assert m is not None
+
+        def delete(session: Session) -> None:
+            session.delete(session.get(Job, m.id))
+
+        self.operator(delete)
+        del self.jobs[m.id]
+
+    @precondition(lambda self: any(not j.terminal for j in self.jobs.values()))
+    @rule(index=st.integers(0, 15))
+    def delete_unfinished(self, index: int) -> None:
+        """``session.delete`` of an unfinished job is refused; a hand-written DELETE has a
+        cancel's effects (migration 0014)."""
+        m = self.pick(self.ids(lambda j: not j.terminal), index)
+        assert m is not None
+
+        def delete(session: Session) -> None:
+            session.delete(session.get(Job, m.id))
+
+        try:
+            self.operator(delete)
+        except JobActive:
+            pass
+        else:
+            raise ModelViolation(f"session.delete of unfinished job {m.id} was not refused")
+        self.sql("DELETE FROM acta.job WHERE id = $1", m.id)
+        STATS["deleted unfinished"] += 1
+        self.ended(m, "cancelled", deleted=True)
+
+    @rule(worker=st.integers(0, 1))
+    def reload_definitions(self, worker: int) -> None:
+        """The worker reloads the definitions (its heartbeat saw the version move)."""
+        w = self.workers[worker]
+        defs = self.run(w.store.load_definitions())
+        paused = sorted(
+            k
+            for k in defs.declared.keys() | defs.overrides.keys()
+            if {**defs.declared.get(k, {}), **defs.overrides.get(k, {})}.get("paused") is True
+        )
+        expect(set(paused) == self.paused, f"{w.name} loaded paused {paused}, model {self.paused}")
+        w.store.paused = paused
+        w.paused = frozenset(paused)
+
+    @rule(kind=st.sampled_from(KINDS), pause=st.booleans())
+    def pause_kind(self, kind: str, pause: bool) -> None:
+        if pause:
+            self.operator(lambda s: APP.set_policy_sync(s, kind, paused=True))
+            self.paused.add(kind)
+        else:
+            self.operator(lambda s: resume_kind(s, "default", kind))
+            self.paused.discard(kind)
 
     # ------------------------------------------------------------------ the invariants
 
     @invariant()
     def check(self) -> None:
         STATS["checks"] += 1
+        conn = self.bench.conn
         rows = self.run(
-            self.bench.conn.fetch(
+            conn.fetch(
                 "SELECT j.id, j.status, j.attempts, j.execution_id, j.worker_id, "
                 "j.cancel_requested, j.suspect, j.started_at IS NOT NULL AS started, "
-                "(SELECT count(*) FROM acta.execution e WHERE e.job_id = j.id) AS executions "
+                "j.pending_children, j.awaited_signal, "
+                "(SELECT count(*) FROM acta.execution e WHERE e.job_id = j.id) AS executions, "
+                "(SELECT count(*) FROM acta.job c WHERE c.parent_id = j.id "
+                "   AND c.parent_execution_id = j.execution_id "
+                "   AND c.status NOT IN ('succeeded', 'failed', 'cancelled')) AS unfinished "
                 "FROM acta.job j"
             )
         )
@@ -544,7 +933,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
         for job_id, m in self.jobs.items():
             r = db[job_id]
-            where = f"job {job_id} ({'; '.join(m.history)})"
+            where = f"job {job_id} ({'; '.join(m.history[-8:])})"
             expect(r["status"] == m.status, f"{where}: status {r['status']}, model {m.status}")
             # Attempts are charged only for attempts that started (or ran alone).
             expect(
@@ -561,26 +950,80 @@ class ProtocolMachine(RuleBasedStateMachine):
                 expect(r["worker_id"] == m.holder, f"{where}: held by {r['worker_id']}")
                 expect(r["started"] == m.db_started, f"{where}: started {r['started']}")
                 expect(r["cancel_requested"] == m.cancel_requested, f"{where}: cancel flag")
+            # Each child counted once: a waiting parent counts exactly its unfinished
+            # children of this wait.
+            if m.status == "waiting" and m.wait == "children":
+                expect(
+                    r["pending_children"] == m.pending == r["unfinished"],
+                    f"{where}: pending {r['pending_children']}, model {m.pending}, "
+                    f"unfinished children {r['unfinished']}",
+                )
+            # No lost signal: nothing waits for a signal it has received.
+            expect(
+                not (m.status == "waiting" and m.awaited in m.signals),
+                f"{where}: waits for {m.awaited}, received",
+            )
+            if m.status == "waiting" and m.wait == "signal":
+                expect(r["awaited_signal"] == m.awaited, f"{where}: awaits {r['awaited_signal']}")
             # No job held by two live attempts: at most one registry entry owns the row.
             owners = [w.name for w in self.workers if self.live(w, job_id)]
             expect(len(owners) <= 1, f"{where}: held live by {owners}")
-            if m.status == "executing" and not m.lease_expired:
-                # A live lease is some live worker's (a dead worker's registry is gone).
-                pass
+            expect(m.resumes <= max(1, m.executions), f"{where}: resumed {m.resumes} times")
+        # Never more than k of a key running (live slot holders, in the database).
+        slots = self.run(
+            conn.fetch(
+                "SELECT sl.key, count(*) AS n FROM acta.concurrency_slot sl "
+                "JOIN acta.job h ON h.id = sl.job_id AND h.execution_id = sl.execution_id "
+                "AND h.status = 'executing' AND h.lease_expires_at > now() GROUP BY sl.key"
+            )
+        )
+        for s in slots:
+            expect(s["n"] <= KEY_LIMIT, f"key {s['key']}: {s['n']} live slot holders")
+        for key in {j.key for j in self.jobs.values() if j.key}:
+            n = self.live_holders(key)
+            expect(n <= KEY_LIMIT, f"key {key}: {n} admitted and running")
+        # Never more than N starts in a rate window.
+        for key, n in self.rate_starts.items():
+            expect(n <= RATE_COUNT, f"rate {key}: {n} starts in one window")
+        # Lanes: one head at a time; queued jobs wait behind a head.
+        lanes = self.run(
+            conn.fetch(
+                "SELECT lane_key, count(*) FILTER (WHERE status IN ('ready', 'executing') "
+                "OR (status = 'waiting' AND (awaited_signal IS NOT NULL "
+                "OR pending_children > 0))) AS heads, "
+                "count(*) FILTER (WHERE status = 'waiting' AND awaited_signal IS NULL "
+                "AND pending_children = 0) AS queued "
+                "FROM acta.job WHERE lane_key IS NOT NULL GROUP BY lane_key"
+            )
+        )
+        for lane in lanes:
+            expect(lane["heads"] <= 1, f"lane {lane['lane_key']}: {lane['heads']} heads")
+            expect(
+                lane["queued"] == 0 or lane["heads"] == 1,
+                f"lane {lane['lane_key']}: {lane['queued']} queued behind no head",
+            )
 
     # ------------------------------------------------------------------ nothing stranded
 
     def drain(self) -> None:
-        """Run every unfinished job to a terminal state with the protocol's own actions."""
+        """Run every unfinished job to a terminal state with the protocol's own actions:
+        resume the kinds, signal the waiting, recover the held, run the rest to success."""
         w = self.workers[0]
-        for _ in range(12):
+        for kind in list(self.paused):
+            self.pause_kind(kind, False)
+        for i in range(len(self.workers)):
+            self.reload_definitions(i)
+        # Each round ends at least one job (a rate admits one start per window).
+        for _ in range(len(self.jobs) + 10):
             if all(m.terminal for m in self.jobs.values()):
                 return
             for other in self.workers:
                 other.held.clear()
-            for m in self.jobs.values():
+            for m in list(self.jobs.values()):
                 if m.status == "executing" and not m.lease_expired:
                     self.expire(m)
+                if m.status == "waiting" and m.wait == "signal" and m.awaited is not None:
+                    self.signal(sorted(self.ids(lambda j: not j.terminal)).index(m.id), m.awaited)
             self.recover(w)
             self.time_passes()
             self.check()
@@ -589,12 +1032,13 @@ class ProtocolMachine(RuleBasedStateMachine):
                 if not claimed:
                     break
                 for cj in claimed:
-                    w.held[cj.id].started = True
+                    self.start(w, cj.id)
                 self.heartbeat(w)
                 for cj in claimed:
-                    self.complete(w, cj.id, "success")
+                    if cj.id in w.held:
+                        self.complete(w, cj.id, "success")
                 self.check()
-        stuck = {m.id: m.history for m in self.jobs.values() if not m.terminal}
+        stuck = {m.id: m.history[-6:] for m in self.jobs.values() if not m.terminal}
         expect(not stuck, f"stranded after the drain: {stuck}")
 
     def teardown(self) -> None:
