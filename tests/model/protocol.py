@@ -678,14 +678,15 @@ class ProtocolMachine(RuleBasedStateMachine):
     def stale_attempts(self) -> list[tuple[SimWorker, ClaimedJob]]:
         return [(w, cj) for w, cj in self.past if not self.live_entry(Held(cj))]
 
-    @precondition(lambda self: bool(self.stale_attempts()))
-    @rule(index=st.integers(0, 31), shape=st.integers(0, 20))
-    def late_write(self, index: int, shape: int) -> None:
-        """A write of an attempt that no longer owns its row arrives late (a finalizer's
-        repeated write, a stalled worker's completion after its lease was taken over):
-        it must change nothing, whatever its shape."""
-        stale = self.stale_attempts()
-        w, cj = stale[index % len(stale)]
+    def rivals(self) -> list[tuple[SimWorker, ClaimedJob]]:
+        """Stale attempts of jobs that another attempt runs now: the write a fence is for."""
+        return [
+            (w, cj)
+            for w, cj in self.stale_attempts()
+            if cj.id in self.jobs and self.jobs[cj.id].status == "executing"
+        ]
+
+    def write_late(self, w: SimWorker, cj: ClaimedJob, shape: int) -> None:
         shapes = STARTED_SHAPES + UNSTARTED_SHAPES
         before = self.row(cj.id)
         completion = self.completion(Held(cj), shapes[shape % len(shapes)])
@@ -693,6 +694,22 @@ class ProtocolMachine(RuleBasedStateMachine):
         STATS["late write"] += 1
         expect(applied == set(), f"a late {completion.outcome} of job {cj.id} applied")
         expect(self.row(cj.id) == before, f"a late write of job {cj.id} changed its row")
+
+    @precondition(lambda self: bool(self.stale_attempts()))
+    @rule(index=st.integers(0, 31), shape=st.integers(0, 20))
+    def late_write(self, index: int, shape: int) -> None:
+        """A write of an attempt that no longer owns its row arrives late (a finalizer's
+        repeated write whose first answer was lost, a stalled worker's completion): it must
+        change nothing, whatever its shape."""
+        stale = self.stale_attempts()
+        self.write_late(*stale[index % len(stale)], shape)
+
+    @precondition(lambda self: bool(self.rivals()))
+    @rule(index=st.integers(0, 31), shape=st.integers(0, 20))
+    def late_write_over_a_rival(self, index: int, shape: int) -> None:
+        """The same, while another attempt of the job runs: its row is ``executing``."""
+        rivals = self.rivals()
+        self.write_late(*rivals[index % len(rivals)], shape)
 
     # ------------------------------------------------------------------ leases and recovery
 
