@@ -25,12 +25,12 @@ from sqlalchemy.engine import make_url
 from acta_sqla.database import asyncpg_dsn
 from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore
-from tests.model.protocol import STATS, Bench, machine_for
+from tests.model.protocol import STATS, Bench, count_rules, machine_for
 
 pytestmark = pytest.mark.model
 
-EXAMPLES = int(os.environ.get("ACTA_MODEL_EXAMPLES", "40"))
-STEPS = int(os.environ.get("ACTA_MODEL_STEPS", "40"))
+EXAMPLES = int(os.environ.get("ACTA_MODEL_EXAMPLES", "30"))
+STEPS = int(os.environ.get("ACTA_MODEL_STEPS", "80"))
 
 DATABASE = Path(__file__).resolve().parents[2] / ".hypothesis" / "acta-model"
 
@@ -57,6 +57,8 @@ def bench(database_url: str, _reset_sql: str) -> Bench:
 @pytest.mark.timeout(600)
 def test_the_worker_protocol_keeps_its_invariants(bench: Bench) -> None:
     machine = machine_for(bench)
+    if os.environ.get("ACTA_MODEL_STATS"):
+        count_rules()
     # Trying a mutation by hand (docs/reliability.md, "Model check"): ACTA_MODEL_NO_SHRINK=1
     # reports the first failing sequence as found, and how long finding it took.
     shrink = () if os.environ.get("ACTA_MODEL_NO_SHRINK") else (Phase.shrink,)
