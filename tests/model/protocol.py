@@ -430,7 +430,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         elif variant == "delayed":
             self.enqueue("plain", budget, delay=3600.0)
         elif variant == "keyed":
-            for _ in range(count):
+            for _ in range(count + 1):  # two at least: a key is contended or it is dull
                 self.enqueue("keyed", 2, c=which)
         elif variant == "rated":
             self.enqueue("rated", 2)
@@ -565,8 +565,16 @@ class ProtocolMachine(RuleBasedStateMachine):
     def start_rule(self, worker: int, index: int) -> None:
         w = self.workers[worker]
         unstarted = [i for i, e in w.held.items() if not e.started and not e.overdue]
-        if unstarted:
-            self.start(w, sorted(unstarted)[index % len(unstarted)])
+        # An even index looks first at jobs whose key is held live already (the telling
+        # case: admission must refuse them).
+        contended = [
+            i
+            for i in unstarted
+            if (m := self.jobs.get(i)) is not None and m.key and self.live_holders(m.key)
+        ]
+        pool = (contended if index % 2 == 0 else []) or unstarted
+        if pool:
+            self.start(w, sorted(pool)[(index // 2) % len(pool)])
 
     # ------------------------------------------------------------------ heartbeat
 
