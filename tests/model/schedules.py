@@ -29,17 +29,22 @@ limit in force (the one the workers last loaded); no slot of a worker marked dea
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+import asyncpg
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sqlalchemy.orm import Session
 
 from acta_sqla import Acta, Context
 from acta_sqla import schedules as sched
+from acta_sqla.database import asyncpg_dsn
 from acta_sqla.policy import Policy
 from acta_sqla.values import ClaimedJob, Completion
 from acta_sqla.worker import admission, completions
@@ -193,6 +198,14 @@ class ScheduleMachine(RuleBasedStateMachine):
             if cj.id in w.held:
                 self.finish(w, cj.id, shape)
 
+    def otherwise(self, odds: int) -> bool:
+        """A rare rule acts when ``odds`` is 0; else a fire is run instead (True): pauses,
+        drops and deaths drawn as often as fires would leave little to check."""
+        if odds == 0:
+            return False
+        self.run_a_fire(odds % 2, ("", "success", "retry_now", "failure")[odds], True)
+        return True
+
     def live_slots(self) -> list[int]:
         """The jobs holding a live slot of the key."""
         rows = self.fetch(
@@ -259,7 +272,13 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.finish(w, sorted(w.held)[index % len(w.held)], shape)
 
     def finish(self, w: SimWorker, job_id: int, shape: str) -> None:
-        h = w.held.pop(job_id)
+        completion = self.ending(w, w.held.pop(job_id), shape)
+        STATS[f"sched {shape}"] += 1
+        self.run(w.store.complete_executions([completion]))
+
+    def ending(self, w: SimWorker, h: Holding, shape: str) -> Completion:
+        """The completion the executor writes for ``h`` in ``shape``: a handler that did
+        not start hands its fire back; every other ending carries the successor."""
         job = h.job
         if not h.started or shape == "handback":
             completion = completions.handback(job, 0.0)
@@ -271,8 +290,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             completion = self.chained(w, job, completions.retry_at(job, RETRY, ERROR, 0.01, 0.0))
         else:
             completion = self.chained(w, job, completions.cancelled(job, ERROR, 0.01))
-        STATS[f"sched {shape}"] += 1
-        self.run(w.store.complete_executions([completion]))
+        return completion
 
     @precondition(lambda self: any(w.held for w in self.workers))
     @rule(index=st.integers(0, 3))
@@ -299,7 +317,11 @@ class ScheduleMachine(RuleBasedStateMachine):
         if w.declares:
             self.must_have_pending("a recovery pass")
 
-    @rule(worker=st.integers(0, 1))
+    @rule(worker=st.integers(0, 1), odds=st.integers(0, 2))
+    def worker_dies_rule(self, worker: int, odds: int) -> None:
+        if not self.otherwise(odds):
+            self.worker_dies(worker)
+
     def worker_dies(self, worker: int) -> None:
         """The worker's process dies (its registry lost) and starts again as a new worker:
         its start-up stores its code's schedules (a drop, if its code no longer declares
@@ -328,21 +350,25 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.must_have_pending("a start-up")
 
     @precondition(lambda self: all(w.declares for w in self.workers) or not self.stored)
-    @rule(worker=st.integers(0, 1))
-    def deploy(self, worker: int) -> None:
+    @rule(worker=st.integers(0, 1), odds=st.integers(0, 3))
+    def deploy(self, worker: int, odds: int) -> None:
         """The worker is deployed with the other version of the code (declaring the
         schedule, or not): it stops, and starts again."""
+        if self.otherwise(odds):
+            return
         w = self.workers[worker]
         w.declares = not w.declares
         STATS[f"sched deploy declares={w.declares}"] += 1
         self.worker_dies(worker)
 
     @precondition(lambda self: len(self.dead) < 4)
-    @rule(worker=st.integers(0, 1))
-    def worker_falls_silent(self, worker: int) -> None:
+    @rule(worker=st.integers(0, 1), odds=st.integers(0, 3))
+    def worker_falls_silent(self, worker: int, odds: int) -> None:
         """The worker stops beating (its process hangs) long enough to be judged dead: its
         row's last beat is moved into the past; the next recovery pass marks it dead and
         frees its slots and locks. It comes back as a new worker, its registry lost."""
+        if self.otherwise(odds):
+            return
         w = self.workers[worker]
         old = w.store.worker_id
         self.run(
@@ -375,8 +401,10 @@ class ScheduleMachine(RuleBasedStateMachine):
         )
 
     @precondition(lambda self: self.stored and self.enabled)
-    @rule()
-    def pause(self) -> None:
+    @rule(odds=st.integers(0, 2))
+    def pause(self, odds: int) -> None:
+        if self.otherwise(odds):
+            return
         done = self.run(sched.pause(self.bench.conn, "acta", "default", NAME))
         expect(done, "pause of a stored schedule answered False")
         if self.enabled:
@@ -385,18 +413,96 @@ class ScheduleMachine(RuleBasedStateMachine):
         STATS["sched paused"] += 1
 
     @precondition(lambda self: self.stored and not self.enabled)
-    @rule()
-    def resume(self) -> None:
+    @rule(odds=st.integers(0, 1))
+    def resume(self, odds: int) -> None:
+        if self.otherwise(odds):
+            return
         tick_at = self.run(sched.resume(self.bench.conn, "acta", "default", NAME))
         expect(tick_at is not None, "resume of a stored schedule answered None")
         self.enabled, self.frozen = True, None
         STATS["sched resumed"] += 1
         self.must_have_pending("a resume")
 
-    @rule(index=st.integers(0, 3))
-    def cancel_a_pending_fire(self, index: int) -> None:
+    @precondition(lambda self: self.stored and self.enabled)
+    @rule(worker=st.integers(0, 1), shape=st.sampled_from(SHAPES[:3]))
+    def pause_races_a_completion(self, worker: int, shape: str) -> None:
+        """A pause commits while a fire's completion statement runs: the completion took
+        its snapshot before the pause, and waits (here: for the fire's row, which a third
+        session holds) until the pause is committed, or waits for it (the order depends on
+        the plan: where the statement takes the schedule's row). Either way, once both are
+        done, no fire is pending that was not running before (issue 28's race: without
+        the completion's ``FOR SHARE`` of the schedule row its successor was enqueued after
+        the pause)."""
+        w = self.workers[worker]
+        started = sorted(i for i, h in w.held.items() if h.started)
+        if not started:
+            self.time_passes(worker)
+            for cj in self.claim(worker, 1):
+                self.admit(w, w.held[cj.id])
+            started = sorted(i for i, h in w.held.items() if h.started)
+        if not started:
+            return
+        fires = self.fires()
+        then = ({f["id"] for f in fires}, {f["id"] for f in fires if f["status"] == "executing"})
+        waited = self.run(self.race(w, started[0], shape))
+        STATS[f"sched pause raced a completion (pause waited: {waited})"] += 1
+        self.enabled, self.frozen = False, then
+
+    async def race(self, w: SimWorker, job_id: int, shape: str) -> bool:
+        """The race; True if the pause waited for the completion (the statement took the
+        schedule's row before the fire's), False if it committed first."""
+        b = self.bench
+        while len(b.extra) < 2:  # closed by the bench's fixture
+            b.extra.append(await asyncpg.connect(asyncpg_dsn(b.url)))
+        blocker, pauser = b.extra
+        holder = blocker.get_server_pid()
+
+        async def blocked_by(pid: int) -> bool:
+            return bool(
+                await b.conn.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                    pid,
+                )
+            )
+
+        async def until(done: Callable[[], Awaitable[bool]], what: str) -> None:
+            deadline = time.monotonic() + 10.0
+            while not await done():
+                if time.monotonic() > deadline:
+                    raise ModelViolation(f"the race: {what} did not happen within 10 s")
+                await asyncio.sleep(0.002)
+
+        h = w.held.pop(job_id)
+        tx = blocker.transaction()
+        await tx.start()
+        try:
+            await blocker.execute("SELECT 1 FROM acta.job WHERE id = $1 FOR UPDATE", job_id)
+            completing = asyncio.ensure_future(
+                w.store.complete_executions([self.ending(w, h, shape)])
+            )
+            await until(lambda: blocked_by(holder), "the completion waiting for the fire's row")
+            pausing = asyncio.ensure_future(sched.pause(pauser, "acta", "default", NAME))
+            pause_pid = pauser.get_server_pid()
+
+            async def settled() -> bool:
+                if pausing.done():
+                    return True
+                waits = await b.conn.fetchval("SELECT cardinality(pg_blocking_pids($1))", pause_pid)
+                return bool(waits)
+
+            await until(settled, "the pause committing, or waiting for the completion")
+        finally:
+            await tx.rollback()
+        waited = not pausing.done()
+        await asyncio.gather(completing, pausing)
+        return waited
+
+    @rule(index=st.integers(0, 3), odds=st.integers(0, 2))
+    def cancel_a_pending_fire(self, index: int, odds: int) -> None:
         """The operator cancels a pending fire: the chain is broken until a recovery pass
         (or a start-up) re-plants it."""
+        if self.otherwise(odds):
+            return
         pending = self.pending()
         if not pending:
             return
@@ -436,7 +542,14 @@ class ScheduleMachine(RuleBasedStateMachine):
         )
         if self.frozen is not None:
             then, running = self.frozen
-            new = [f["id"] for f in fires if f["id"] not in then]
+            # A fire cancelled before it started is no fire: a completion that committed
+            # its successor while the pause waited for the schedule's row, then the
+            # pause's cancel of it.
+            new = [
+                f["id"]
+                for f in fires
+                if f["id"] not in then and not (f["status"] == "cancelled" and f["attempts"] == 0)
+            ]
             expect(not new, f"fires {new} appeared after a pause or drop: {self.shown(fires)}")
             back = [f["id"] for f in pending if f["id"] not in running]
             expect(

@@ -50,6 +50,8 @@ def bench(database_url: str, _reset_sql: str) -> Bench:
     finally:
         for s in stores:
             loop.run_until_complete(s.close())
+        for extra in made.extra:
+            loop.run_until_complete(extra.close())
         loop.run_until_complete(conn.close())
         engine.dispose()
         loop.close()
