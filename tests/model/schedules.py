@@ -69,6 +69,11 @@ NAME = "every-minute"
 SCHEDULE = APP.schedule(NAME, "0 * * * * *", tick)
 """A cron with seconds: minute ticks, at second 0."""
 KINDS = tuple(APP.handlers)
+LIVE = (
+    "JOIN acta.job h ON h.id = sl.job_id AND h.execution_id = sl.execution_id "
+    "WHERE h.status = 'executing' AND h.lease_expires_at > now()"
+)
+"""A slot row held live: its attempt runs and its lease has not run out."""
 RETRY = Policy(backoff_base=3600.0, backoff_max=3600.0)
 BOUNCE = 3600.0
 ACTIVE = ("ready", "executing", "waiting")
@@ -182,7 +187,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         got: list[ClaimedJob] = self.run(w.store.claim(limit, not w.held)).jobs
         STATS["sched claimed"] += len(got)
         for cj in got:
-            expect(cj.schedule_name == NAME, f"job {cj.id} claimed: not a fire")
+            expect(cj.schedule_name in (NAME, None), f"job {cj.id}: a fire of {cj.schedule_name}")
             w.held[cj.id] = Holding(cj)
         return got
 
@@ -198,6 +203,30 @@ class ScheduleMachine(RuleBasedStateMachine):
             if cj.id in w.held:
                 self.finish(w, cj.id, shape)
 
+    @precondition(
+        lambda self: (
+            self.fetchval(
+                "SELECT count(*) FROM acta.job WHERE schedule_name IS NULL "
+                "AND status IN ('ready', 'executing', 'waiting')"
+            )
+            < 3
+        )
+    )
+    @rule(count=st.integers(1, 2))
+    def enqueue_ticks(self, count: int) -> None:
+        """The application enqueues jobs of the fires' kind (not fires): the key's slots
+        are contended, and a limit's change has something to admit."""
+        for _ in range(count):
+            self.operator(lambda s: APP.enqueue_sync(s, tick.job()))
+        STATS["sched extra jobs"] += count
+
+    def hold_one(self, worker: int) -> None:
+        """Time passes; the worker claims a fire and admits it: it runs now."""
+        self.time_passes(worker)
+        w = self.workers[worker]
+        for cj in self.claim(worker, 2):
+            self.admit(w, w.held[cj.id])
+
     def otherwise(self, odds: int) -> bool:
         """A rare rule acts when ``odds`` is 0; else a fire is run instead (True): pauses,
         drops and deaths drawn as often as fires would leave little to check."""
@@ -208,12 +237,7 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     def live_slots(self) -> list[int]:
         """The jobs holding a live slot of the key."""
-        rows = self.fetch(
-            "SELECT h.id FROM acta.concurrency_slot sl JOIN acta.job h "
-            "ON h.id = sl.job_id AND h.execution_id = sl.execution_id "
-            "AND h.status = 'executing' AND h.lease_expires_at > now() WHERE sl.key = $1",
-            KEY,
-        )
+        rows = self.fetch(f"SELECT h.id FROM acta.concurrency_slot sl {LIVE} AND sl.key = $1", KEY)
         return [r["id"] for r in rows]
 
     @precondition(lambda self: any(not h.started for w in self.workers for h in w.held.values()))
@@ -292,10 +316,12 @@ class ScheduleMachine(RuleBasedStateMachine):
             completion = self.chained(w, job, completions.cancelled(job, ERROR, 0.01))
         return completion
 
-    @precondition(lambda self: any(w.held for w in self.workers))
     @rule(index=st.integers(0, 3))
     def lease_runs_out(self, index: int) -> None:
-        held = sorted(i for w in self.workers for i in w.held)
+        """A running fire's lease runs out (its worker's, or a dead worker's)."""
+        held = [f["id"] for f in self.fires() if f["status"] == "executing"]
+        if not held:
+            return
         self.run(
             self.bench.conn.execute(
                 "UPDATE acta.job SET lease_expires_at = now() - interval '1 second' "
@@ -370,6 +396,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         if self.otherwise(odds):
             return
         w = self.workers[worker]
+        if not any(h.started for h in w.held.values()):
+            self.hold_one(worker)  # the telling case: it dies holding its key's slot
         old = w.store.worker_id
         self.run(
             self.bench.conn.execute(
@@ -378,15 +406,18 @@ class ScheduleMachine(RuleBasedStateMachine):
             )
         )
         other = self.workers[1 - worker]
-        slots = self.fetch("SELECT worker_id FROM acta.concurrency_slot")
+        holders = "SELECT sl.job_id, sl.worker_id FROM acta.concurrency_slot sl " + LIVE
+        before = self.fetch(holders)
         result = self.run(run_recovery(other.store))
         STATS["sched dead workers"] += result.dead_workers
         expect(result.dead_workers == 1, f"recovery marked {result.dead_workers} dead, not 1")
         self.dead.add(old)
         left = [r["worker_id"] for r in self.fetch("SELECT worker_id FROM acta.concurrency_slot")]
         expect(old not in left, f"worker {old} marked dead keeps its slots")
-        kept = sorted(r["worker_id"] for r in slots if r["worker_id"] != old)
-        expect(sorted(left) == kept, f"marking {old} dead freed slots {kept} -> {sorted(left)}")
+        # The live workers' live slots are kept (an expired lease's slot may go with it).
+        kept = sorted(r["job_id"] for r in before if r["worker_id"] != old)
+        after = sorted(r["job_id"] for r in self.fetch(holders))
+        expect(after == kept, f"marking {old} dead: live holders {kept} -> {after}")
         w.held.clear()
         w.store.worker_id = None
         self.run(w.store.register_worker("model", worker + 20, 8, list(KINDS), "model"))
@@ -436,9 +467,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         w = self.workers[worker]
         started = sorted(i for i, h in w.held.items() if h.started)
         if not started:
-            self.time_passes(worker)
-            for cj in self.claim(worker, 1):
-                self.admit(w, w.held[cj.id])
+            self.hold_one(worker)
             started = sorted(i for i, h in w.held.items() if h.started)
         if not started:
             return
@@ -515,6 +544,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         definitions (its heartbeat saw their version move), the other later."""
         self.operator(lambda s: APP.set_policy_sync(s, "tick", concurrency_limit=limit))
         self.limit = limit
+        STATS[f"sched limit set to {limit}"] += 1
         self.reload(worker)
 
     @rule(worker=st.integers(0, 1))
