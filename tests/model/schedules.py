@@ -275,7 +275,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             self.admitted_under[h.job.id] = w.limit
             self.run(w.store.heartbeat([(h.job.id, h.job.execution_id, True)]))
             return
-        STATS[f"sched refused {verdict.outcome}"] += 1
+        STATS["sched bounced"] += 1
         w.held.pop(h.job.id)
         self.run(w.store.complete_executions([verdict]))
 
@@ -541,11 +541,13 @@ class ScheduleMachine(RuleBasedStateMachine):
     @rule(limit=st.sampled_from(LIMITS), worker=st.integers(0, 1))
     def change_limit(self, limit: int, worker: int) -> None:
         """The operator sets the key's limit (``set_policy``); one worker reloads the
-        definitions (its heartbeat saw their version move), the other later."""
+        definitions (its heartbeat saw their version move) and admits what it claims
+        under the new limit; the other reloads later."""
         self.operator(lambda s: APP.set_policy_sync(s, "tick", concurrency_limit=limit))
         self.limit = limit
         STATS[f"sched limit set to {limit}"] += 1
         self.reload(worker)
+        self.hold_one(worker)  # the telling case: that worker admits under the new limit
 
     @rule(worker=st.integers(0, 1))
     def reload(self, worker: int) -> None:

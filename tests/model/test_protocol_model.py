@@ -85,6 +85,7 @@ def test_the_worker_protocol_keeps_its_invariants(bench: Bench) -> None:
 
 
 SCHEDULE_EXAMPLES = int(os.environ.get("ACTA_MODEL_SCHEDULE_EXAMPLES", "20"))
+SCHEDULE_STEPS = int(os.environ.get("ACTA_MODEL_SCHEDULE_STEPS", "30"))
 
 
 @pytest.mark.timeout(600)
@@ -98,7 +99,7 @@ def test_schedules_dead_workers_and_live_limits_keep_their_invariants(bench: Ben
             schedule_machine_for(bench),
             settings=settings(
                 max_examples=SCHEDULE_EXAMPLES,
-                stateful_step_count=STEPS // 2,
+                stateful_step_count=SCHEDULE_STEPS,
                 deadline=None,
                 database=DirectoryBasedExampleDatabase(DATABASE),
                 print_blob=True,
