@@ -7,12 +7,14 @@ what the code no longer declares), ``WorkerStore.ensure_fires`` (start-up and ev
 recovery pass: re-plant a schedule with no pending fire), a completion carrying the
 schedule's successor (``schedules.successor_feature``, as ``Supervisor._chain`` builds
 it: the ``next_fire`` part of ``complete_executions``); the operator pauses and resumes
-it (``schedules.pause`` / ``schedules.resume``) and cancels a pending fire. The fires'
-kind holds a concurrency key, so each started fire is admitted
+it (``schedules.pause`` / ``schedules.resume``; once racing a fire's completion whose
+snapshot predates the pause), cancels a pending fire, and enqueues other jobs of the
+fires' kind. That kind holds a concurrency key, so each started job is admitted
 (``worker.admission.Admission``) and holds a slot; the operator changes the key's limit
-live (``set_policy``, then the workers reload the definitions) and a worker falls silent
-until the recovery pass marks it dead (its row's last beat moved into the past), which
-frees its slots.
+live (``set_policy``, then each worker reloads the definitions and admits under
+``Policy.merged``, as the supervisor does) and a worker falls silent until the other's
+recovery pass marks it dead (its row's last beat moved into the past), which frees its
+slots.
 
 Time: the cron fires every minute at second 0; the model's clock (what the completing
 worker takes for ``now``) moves on by whole minutes, so ticks are missed and a successor
@@ -23,8 +25,9 @@ After every step (docs/reliability.md, "Model check"): one fire row per (schedul
 at most one pending fire that never completed (a retried fire and its successor: two);
 once a pause (or a drop) has committed, no new fire appears and nothing that was not
 running then is pending, until resume; a resumed (or re-declared, or re-planted)
-schedule has its pending fire; never more than k live slot holders of the key, k the
-limit in force (the one the workers last loaded); no slot of a worker marked dead.
+schedule has its pending fire; admission agrees with the limit the admitting worker
+loaded, and never more live holders than the highest limit a current holder was admitted
+under; a worker marked dead keeps no slot, the live ones keep theirs.
 """
 
 from __future__ import annotations
