@@ -216,7 +216,7 @@ class Job(Base):
         ),
         Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
         # A lane's unfinished jobs in order: the enqueue's "is the lane busy?" and the
-        # hand-on's "oldest waiting job" (migration 0006's triggers).
+        # hand-on's "oldest waiting job" (the lane triggers of queries/schema.sql).
         Index(
             "job_lane_idx",
             "namespace",
@@ -514,8 +514,8 @@ class Schedule(Base):
 
 
 class RateMeter(Base):
-    """A rate limit's shared meter per (namespace, key): GCRA without burst (migration
-    0006's ``admit``), so starts are at least ``period / N`` apart."""
+    """A rate limit's shared meter per (namespace, key): GCRA without burst (the
+    ``admit`` function of queries/schema.sql), so starts are at least ``period / N`` apart."""
 
     __tablename__ = "rate_meter"
 
@@ -557,7 +557,8 @@ def _refuse_deleting_unfinished(session: Session, _context: Any, _instances: Any
     before any SQL, with the delete undone (the session is as before it) and
     :class:`JobActive` pointing at ``acta.cancel``. Deleting it would strand its parent
     (counting a child that no longer exists) or its lane (queued behind a head that is
-    gone). A hand-written DELETE gets a cancel's effects instead (migration 0014)."""
+    gone). A hand-written DELETE gets a cancel's effects instead (the ``job_deleted_effects``
+    trigger, queries/schema.sql)."""
     refused: list[Job] = []
     for obj in session.deleted:
         if isinstance(obj, Job):
