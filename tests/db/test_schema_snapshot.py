@@ -49,9 +49,11 @@ SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
  ORDER BY a.attnum
 """
 
+# NOT NULL is said on the column: PostgreSQL 18 also lists it as a constraint (contype
+# 'n'), 15 does not, and the file must read the same from either.
 _CONSTRAINTS = """
 SELECT conname, pg_get_constraintdef(oid, true) FROM pg_constraint
- WHERE conrelid = %(oid)s ORDER BY contype, conname
+ WHERE conrelid = %(oid)s AND contype <> 'n' ORDER BY contype, conname
 """
 
 _INDEXES = """
