@@ -137,6 +137,7 @@ class Job(Base):
     pending_children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     awaited_signal: Mapped[str | None] = mapped_column(Text)
     signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """Signals received, by name: their payloads."""
     schedule_name: Mapped[str | None] = mapped_column(Text)
     """The schedule this job is a fire of (docs/schedules.md); None for other jobs."""
     scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -146,7 +147,6 @@ class Job(Base):
     resumed: Mapped[str | None] = mapped_column(Text)
     """Why the job last left a durable wait (``signal``, ``timeout``, ``children``): the
     next runs see it as ``ctx.resumed``; a new wait clears it (docs/waits.md)."""
-    """Signals received, by name: their payloads."""
 
     result: Mapped[Any | None] = mapped_column(JSONB)
     last_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
@@ -407,7 +407,12 @@ class Execution(Base):
     traceback: Mapped[str | None] = mapped_column(Text)
 
 
-class Worker(Base):
+class WorkerRow(Base):
+    """A worker process's row in ``acta.worker``: written by the worker itself (registered at
+    start, refreshed by each heartbeat, stopped at the end), marked dead by recovery; read
+    by the dashboard and ``acta workers``. The process that runs jobs is
+    :class:`acta_sqla.worker.Worker`."""
+
     __tablename__ = "worker"
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -432,6 +437,10 @@ class Worker(Base):
         Index("worker_live_idx", "namespace", postgresql_where=text("status = 'running'")),
         {"schema": SCHEMA},
     )
+
+
+Worker = WorkerRow
+"""The row's older name in this module (``acta_sqla.Worker``, deprecated, warns)."""
 
 
 class Namespace(Base):

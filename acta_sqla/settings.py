@@ -276,8 +276,8 @@ class ActaSettings(BaseSettings):
         # The environment variable is ACTA_SCHEMA, the alias (pydantic-settings reads an
         # alias as the variable's whole name); the code passes ``db_schema=`` (see
         # _schema_by_name). No unprefixed alias and no populate_by_name: reading SCHEMA or
-        # DB_SCHEMA moved acta's tables when an unrelated variable had that name (issue 14,
-        # item 6), and populate_by_name would read ACTA_DB_SCHEMA too.
+        # DB_SCHEMA moved acta's tables when an unrelated variable had that name, and
+        # populate_by_name would read ACTA_DB_SCHEMA too.
         validation_alias=SCHEMA_VARIABLE,
         description="PostgreSQL schema holding acta's tables.",
     )

@@ -1,5 +1,5 @@
 """The worker's one door to PostgreSQL: a connection per role, the statements of
-``queries.worker`` run on them, rows turned into frozen values, and driver errors turned
+``queries.catalogue`` run on them, rows turned into frozen values, and driver errors turned
 into acta errors (``StoreUnavailable``, ``StatementRefused``), so that no stage of the
 worker needs to know asyncpg's exceptions. asyncpg only: a worker never loads SQLAlchemy.
 """
@@ -20,8 +20,8 @@ from . import _faults
 from .database import asyncpg_dsn
 from .errors import ConfigurationError, StatementRefused, StoreUnavailable
 from .queries import complete
+from .queries.catalogue import WorkerSQL
 from .queries.schedules import DECLARED
-from .queries.worker import WorkerSQL
 from .schedules import NoTick, Schedule, plan_fires
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
 from .status import JobStatus
@@ -67,7 +67,7 @@ _DRIVER_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     # The driver's own view of a broken connection. After pg_terminate_backend asyncpg
     # often raises InternalClientError ("cannot switch to state 12; another operation (2)
     # is in progress") instead of a connection error: the connection is unusable all the
-    # same, and keeping it stalled every claim behind it (issue 10, item 7).
+    # same, and keeping it stalled every claim behind it (I8, liveness).
     asyncpg.exceptions.InterfaceError,
     asyncpg.exceptions.InternalClientError,
 )

@@ -254,7 +254,7 @@ def next_fire(schema: str) -> str:
     (the row is re-read after its lock: not enabled, no successor); a completion that
     locked first commits its successor before the pause's cancel reads the fires, which
     then cancels it. Without the lock, a completion whose snapshot predated the pause
-    enqueued one more fire after the pause (23 of 240 pauses, issue 28)."""
+    enqueued one more fire after the pause (23 of 240 pauses; I10)."""
     s = quote(schema)
     return f"""
             INSERT INTO {s}.job AS nf (namespace, kind, args, run_at, schedule_name,

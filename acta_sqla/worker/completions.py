@@ -150,7 +150,7 @@ def failed(
     policy: Policy,
     error: ErrorFields,
     ran: float | None,
-    outcome: Outcome = Outcome.ERROR,
+    outcome: Outcome = Outcome.FAILED,
     retry_after: float | None = None,
 ) -> Completion:
     """A charged attempt that did not succeed: retried while the budget lasts (after
@@ -175,7 +175,7 @@ def retry_at(
 def fail_now(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Completion:
     """The job ends ``failed`` now, whatever is left of its budget (``raise Fail``, or args
     that no longer fit the handler: a retry cannot mend them)."""
-    return _ended(job, Outcome.FAIL_NOW, FAILED, error, ran)
+    return _ended(job, Outcome.FAIL, FAILED, error, ran)
 
 
 def cancelled(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Completion:
@@ -295,7 +295,7 @@ def refused(completion: Completion, why: str) -> Completion:
     return Completion(
         job_id=completion.job_id,
         execution_id=completion.execution_id,
-        outcome=Outcome.FAIL_NOW,
+        outcome=Outcome.FAIL,
         status=FAILED,
         attempt=completion.attempt,
         error_type="acta.CompletionRefused",

@@ -157,17 +157,17 @@ class Executor:
         self.lease = lease
         """The worker's lease (from its heartbeat interval): part of the overrun cap."""
         self.children_of = children_of
+        """Reads ``ctx.children`` for a run that follows a wait (None: no database)."""
         self.lanes_held_above = lanes_held_above
         """The lanes a job's waiting ancestors hold (None: no database): asked only when a
         job that is itself a child spawns children with lanes."""
         self.chain = chain
+        """Adds a schedule's next fire to a fire's completion (None: no schedules here)."""
         self.tracer = tracer
         """The attempt spans' tracer; None without an OpenTelemetry SDK (no span work). The
         worker asks once at start (``tracing.worker_tracer``) for all its executors."""
         self.job_metrics = job_metrics
         """Record per-job histograms (duration, queue wait): only with a metrics SDK."""
-        """Adds a schedule's next fire to a fire's completion (None: no schedules here)."""
-        """Reads ``ctx.children`` for a run that follows a wait (None: no database)."""
         self._warned_kinds: set[str] = set()
 
     async def run(self) -> None:

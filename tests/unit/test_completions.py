@@ -67,7 +67,7 @@ def test_succeeded() -> None:
 
 def test_failed_is_retried_under_the_budget_then_fails_saying_so() -> None:
     first = c.failed(job(1, attempts=1), POLICY, ERR, 0.1)
-    assert (first.status, first.outcome) == (JobStatus.READY, Outcome.ERROR)
+    assert (first.status, first.outcome) == (JobStatus.READY, Outcome.FAILED)
     assert 1.0 <= first.delay <= 3.0  # the policy's back-off for attempt 1 (jittered)
     assert first.cancel_wins and not first.refund and first.error_message == "boom"
     last = c.failed(job(1, attempts=3), POLICY, ERR, 0.1)
@@ -88,7 +88,7 @@ def test_retry_at_is_charged_and_due_when_asked() -> None:
 
 def test_fail_now_cancelled_interrupted_and_handback() -> None:
     now = c.fail_now(job(1), ERR, None)
-    assert (now.status, now.outcome) == (JobStatus.FAILED, Outcome.FAIL_NOW)
+    assert (now.status, now.outcome) == (JobStatus.FAILED, Outcome.FAIL)
     gone = c.cancelled(job(1), ERR, 0.1)
     assert (gone.status, gone.outcome) == (JobStatus.CANCELLED, Outcome.CANCELLED)
     stop = c.interrupted(job(1), ERR, 0.1)
@@ -115,8 +115,8 @@ def test_cancel_wins_over_every_return_to_ready_and_nothing_else() -> None:
     ("reason", "status", "outcome"),
     [
         (Outcome.TIMEOUT, JobStatus.READY, Outcome.TIMEOUT),
-        (Outcome.LEASE_LOST, JobStatus.READY, Outcome.ERROR),
-        (Outcome.LOCK_LOST, JobStatus.READY, Outcome.ERROR),
+        (Outcome.LEASE_LOST, JobStatus.READY, Outcome.FAILED),
+        (Outcome.LOCK_LOST, JobStatus.READY, Outcome.FAILED),
         (Outcome.CANCELLED, JobStatus.CANCELLED, Outcome.CANCELLED),
         (Outcome.INTERRUPTED, JobStatus.READY, Outcome.INTERRUPTED),
     ],
@@ -131,7 +131,7 @@ def test_refused_fails_the_job_without_its_result() -> None:
     r = c.refused(c.succeeded(job(1), '"x"', 0.5), "invalid byte sequence")
     assert (r.status, r.outcome, r.result_json, r.error_type) == (
         JobStatus.FAILED,
-        Outcome.FAIL_NOW,
+        Outcome.FAIL,
         None,
         "acta.CompletionRefused",
     )
