@@ -481,7 +481,7 @@ def _why(reason: Outcome, policy: Policy) -> str:
 
 
 class Executors:
-    """The N executor loops as one stage, with the claimer's and heartbeat's lifecycle:
+    """The N executor loops as one stage, with every stage's lifecycle (``worker/stage.py``):
     ``start()`` creates one task per executor, ``stop()`` (idempotent) ends them, and a
     test drives one entry through one executor with ``Executor.run_once``."""
 

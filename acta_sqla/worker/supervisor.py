@@ -47,6 +47,7 @@ from .heartbeat import Heartbeat
 from .inflight import Entry, EntryState, Permits, Registry
 from .lifeline import Lifeline
 from .recovery import run_recovery
+from .stage import Stage
 
 log = logger.bind(stage="worker")
 
@@ -363,11 +364,8 @@ class Worker:
         self._stop_requested.set()  # stages ending now is the plan, not a crash
         self._force.set()
         tasks: list[asyncio.Task[Any] | None] = [
-            getattr(getattr(self, "claimer", None), "_task", None),
-            getattr(getattr(self, "finalizer", None), "task", None),
-            getattr(getattr(self, "heartbeat", None), "_task", None),
+            *(t for stage in self._stages() for t in stage.tasks),
             getattr(getattr(self, "listener", None), "_task", None),
-            *(getattr(getattr(self, "executors", None), "tasks", ())),
             *self._background,
         ]
         for task in tasks:
@@ -384,14 +382,15 @@ class Worker:
             self.worker_id,
         )
 
+    def _stages(self) -> list[Stage]:
+        """The stages built so far (a kill may come before the start has built them all)."""
+        names = ("claimer", "finalizer", "heartbeat", "executors")
+        return [stage for name in names if (stage := getattr(self, name, None)) is not None]
+
     async def _bury(self) -> None:
         """After :meth:`kill`: wait for the cancelled stages, stop the lifeline thread (it
         would renew the dead worker's leases) and the listener; write nothing."""
-        tasks = [t for t in (self.claimer._task, self.finalizer.task) if t is not None]
-        tasks += [*self.executors.tasks, *self._background]
-        heartbeat = self.heartbeat._task
-        if heartbeat is not None:
-            tasks.append(heartbeat)
+        tasks = [t for stage in self._stages() for t in stage.tasks] + list(self._background)
         current = asyncio.current_task()
         await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
         await self.lifeline.stop()
