@@ -12,7 +12,8 @@ import asyncpg
 from loguru import logger
 
 from . import _faults
-from .store import app_name, brief
+from .errors import brief
+from .store import app_name
 
 
 class Listener:

@@ -18,7 +18,7 @@ import asyncpg
 
 from . import _faults
 from .database import asyncpg_dsn
-from .errors import ConfigurationError, StatementRefused, StoreUnavailable
+from .errors import ConfigurationError, StatementRefused, StoreUnavailable, brief
 from .queries import complete
 from .queries.catalogue import WorkerSQL
 from .queries.schedules import DECLARED
@@ -84,12 +84,6 @@ def connection_lost(exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", None) or ""
         return state[:2] == "08" or state in _LOST_CONNECTION_STATES
     return isinstance(exc, _DRIVER_CONNECTION_ERRORS)
-
-
-def brief(exc: BaseException) -> str:
-    """``Type: first line of the message``, for one log line."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def app_name(role: str, worker_id: object = None) -> str:

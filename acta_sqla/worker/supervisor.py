@@ -111,6 +111,9 @@ class Worker:
         self.definitions_version = -1
         self.store: WorkerStore | None = None
         self.worker_id: int | None = None
+        self.started = asyncio.Event()
+        """Set once the schema is checked and the worker row registered (``worker_id`` is
+        known): what an embedding waits on before it counts the worker as up."""
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
@@ -152,6 +155,7 @@ class Worker:
             try:
                 await store.check_schema()
                 self.worker_id = await self._register_row(store)
+                self.started.set()
                 # Not awaited: a statement that waits on a table lock must hold up the
                 # first claim (which queues behind it on its connection), not start-up.
                 self._spawn(self._warm_stages(store))

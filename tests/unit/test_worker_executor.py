@@ -205,7 +205,7 @@ async def test_a_wait_for_a_name_no_table_can_hold_fails_the_attempt_under_its_b
     c = await h.run("waits_badly", '{"name": "go"}', attempts=1)
     assert (c.status, c.outcome) == ("ready", Outcome.FAILED)
     assert c.error_type == "acta_sqla.errors.InvalidJob"
-    assert (c.error_message or "").startswith("WaitForSignal: name='go\\x00' contains a NUL")
+    assert (c.error_message or "").startswith("WaitForSignal: signal name 'go\\x00' contains a NUL")
     c = await h.run("waits_badly", '{"name": "go"}', attempts=3)
     assert c.status == "failed" and "attempt 3 of 3" in (c.error_message or "")
 
