@@ -14,17 +14,23 @@ is spent), :func:`retry_at`, :func:`fail_now`, :func:`cancelled`, :func:`interru
 (the alarm: timeout, lease or lock lost, a cancel, an interruption), :func:`refused` (the
 database refused a completion's data) and :func:`lease_expired` (recovery). Rules:
 :func:`budget`, :func:`cancel_wins`, :func:`loss_is_charged` and :func:`isolate_after_loss`.
+
+:func:`conclude` turns what running a handler came to (:class:`Ran`, reported by the
+executor, which decides nothing) into its completion.
 """
 
 from __future__ import annotations
 
+import json
 import traceback as tb
 from typing import Any, NamedTuple
 
+from ..errors import Cancel, Fail, InvalidJob, Retry
 from ..policy import Policy
-from ..settings import MAX_TRACEBACK_CHARS
+from ..settings import MAX_RESULT_BYTES, MAX_TRACEBACK_CHARS
 from ..status import JobStatus
 from ..values import ClaimedJob, Completion, ExpiredDecision, ExpiredLease, Features, Outcome
+from ..waits import WaitForChildren, WaitForSignal
 
 READY, SUCCEEDED, FAILED, CANCELLED, WAITING = (
     JobStatus.READY,
@@ -302,6 +308,80 @@ def refused(completion: Completion, why: str) -> Completion:
         error_message=f"the completion could not be stored: {why[:500]}",
         ran_seconds=completion.ran_seconds,
     )
+
+
+def encode_result(result: Any) -> str | None:
+    """The JSON stored for a handler's return value; raises ValueError with a clear message."""
+    if result is None:
+        return None
+    try:
+        encoded = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"the handler returned {type(result).__name__}, which is not JSON-serializable "
+            f"({exc}); return dicts, lists, strings, numbers, booleans or None"
+        ) from None
+    if "\\u0000" in encoded:
+        raise ValueError("the handler's result contains a NUL character, which JSONB cannot store")
+    if len(encoded) > MAX_RESULT_BYTES:
+        raise ValueError(
+            f"the handler's result is {len(encoded):,} bytes as JSON; the limit is "
+            f"{MAX_RESULT_BYTES:,}. Store large output elsewhere and return a reference"
+        )
+    return encoded
+
+
+class ResultError(Exception):
+    """A handler's return value could not be stored."""
+
+
+class Ran(NamedTuple):
+    """What one attempt's run came to, as the executor saw it (no decision in it)."""
+
+    result: Any
+    """What the handler returned (when it returned)."""
+    error: BaseException | None
+    """What it raised, or why it could not start (its args no longer load)."""
+    seconds: float | None
+    """How long it ran; None: the handler never started (its args no longer load)."""
+    stopped: Outcome | None = None
+    """Why it was asked to stop (its alarm rang: timeout or lease lost; or it was fired:
+    a cancel, a lost lock, the shutdown); None when it ran to its own end."""
+    stranded: str | None = None
+    """A returned ``WaitForChildren`` would strand a lane (the executor asked the
+    database for the lanes its ancestors hold): why."""
+
+
+def conclude(job: ClaimedJob, policy: Policy, ran: Ran) -> Completion:
+    """The completion of an attempt that ran (or could not start): every decision about
+    what the handler's ending means. Pure."""
+    seconds = ran.seconds
+    if seconds is None:
+        # Args that no longer fit the handler's signature will not fit on a retry.
+        assert ran.error is not None
+        return fail_now(job, error_fields(ran.error), None)
+    if ran.stopped is not None:
+        return stopped(job, policy, ran.stopped, seconds)
+    error = ran.error
+    if error is None:
+        result = ran.result
+        if isinstance(result, WaitForSignal):
+            return wait_for_signal(job, result.name, result.timeout, seconds)
+        if isinstance(result, WaitForChildren):
+            if ran.stranded is None:
+                return wait_for_children(job, result.rows, seconds)
+            return failed(job, policy, error_fields(InvalidJob(ran.stranded)), seconds)
+        try:
+            return succeeded(job, encode_result(result), seconds)
+        except ValueError as exc:
+            return failed(job, policy, error_fields(ResultError(exc)), seconds)
+    if isinstance(error, Retry):
+        return retry_at(job, policy, error_fields(error), seconds, error.after)
+    if isinstance(error, Fail):
+        return fail_now(job, error_fields(error), seconds)
+    if isinstance(error, Cancel):
+        return cancelled(job, error_fields(error), seconds)
+    return failed(job, policy, error_fields(error), seconds)
 
 
 def lease_expired(lost: ExpiredLease, default_budget: int) -> ExpiredDecision:

@@ -41,7 +41,7 @@ from .admission import Admission
 from .claimer import Claimer
 from .clock import Clock
 from .completions import handback
-from .executor import Executor, Executors
+from .executor import Executor, ExecutorConfig, Executors
 from .finalizer import Finalizer
 from .heartbeat import Heartbeat
 from .inflight import Entry, EntryState, Permits, Registry
@@ -249,28 +249,29 @@ class Worker:
         )
         # Concurrency slots and rate meters; plain jobs never reach the database here.
         self.admission = Admission(store, self.policy, self.namespace)
+        config = ExecutorConfig(
+            self.acta.handlers,
+            self.policy,
+            self.namespace,
+            self.settings.safety_poll_interval,
+            self._pool,
+            lease=self.timings.lease,
+            admit=self.admission,
+            worker_id=lambda: self.worker_id,
+            chain=self._chain if self.acta.schedules else None,
+            tracer=tracer,
+            job_metrics=metered,
+        )
         self.executors = Executors(
             [
                 Executor(
-                    self.acta.handlers,
-                    self.policy,
+                    config,
                     self.registry,
                     self.permits,
                     self.claimed,
                     self.completed,
-                    self.namespace,
-                    self.settings.safety_poll_interval,
-                    self._pool,
+                    store,
                     self.clock,
-                    admit=self.admission,
-                    worker_id=lambda: self.worker_id,
-                    lock_store=store,
-                    lease=self.timings.lease,
-                    children_of=store.children_of,
-                    lanes_held_above=store.lanes_held_above,
-                    chain=self._chain if self.acta.schedules else None,
-                    tracer=tracer,
-                    job_metrics=metered,
                 )
                 for _ in range(self.executors_count)
             ],

@@ -39,3 +39,15 @@ def _importers(under: str, target: str) -> list[str]:
 def test_the_dashboard_imports_nothing_of_the_cli() -> None:
     # describe_error lives in errors.py, shared by both.
     assert _importers("dashboard", "acta_sqla.cli") == []
+
+
+def test_the_executor_takes_one_frozen_config_and_a_store() -> None:
+    import dataclasses
+    import inspect
+
+    from acta_sqla.worker.executor import Executor, ExecutorConfig
+
+    params = list(inspect.signature(Executor.__init__).parameters)[1:]
+    assert params == ["config", "registry", "permits", "claimed", "completed", "store", "clock"]
+    assert ExecutorConfig.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert dataclasses.is_dataclass(ExecutorConfig)

@@ -4,6 +4,7 @@ only after the hand-off."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ from acta_sqla.policy import Policy
 from acta_sqla.settings import Timings
 from acta_sqla.values import Completion, HeartbeatReport, Outcome
 from acta_sqla.worker.clock import Clock
-from acta_sqla.worker.executor import Executor, Executors
+from acta_sqla.worker.executor import Executor, ExecutorConfig, Executors
 from acta_sqla.worker.heartbeat import Heartbeat
 from acta_sqla.worker.inflight import Entry, EntryState, Permits, Registry
 
@@ -121,18 +122,21 @@ class Harness:
         self.claimed: asyncio.Queue[Entry | None] = asyncio.Queue(maxsize=4)
         self.completed: asyncio.Queue[Completion | None] = asyncio.Queue(maxsize=completed_size)
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="acta-sync")
-        self.executor = Executor(
+        config = ExecutorConfig(
             acta.handlers,
             lambda kind: acta.handlers[kind].policy if kind in acta.handlers else Policy(),
+            "unit",
+            safety_poll=1.0,
+            pool=self.pool,
+            lease=LEASE,
+        )
+        self.executor = Executor(
+            config,
             self.registry,
             self.permits,
             self.claimed,
             self.completed,
-            "unit",
-            safety_poll=1.0,
-            pool=self.pool,
             clock=clock or Clock(),
-            lease=LEASE,
         )
 
     def take_permit(self) -> None:
@@ -298,7 +302,7 @@ async def test_an_attempt_asked_to_stop_while_admission_decides_never_starts(
         h.registry.fire(entry, reason, asyncio.get_running_loop().time())
         return None  # admitted
 
-    h.executor.admit = admit  # type: ignore[assignment]
+    h.executor.config = dataclasses.replace(h.executor.config, admit=admit)
     h.take_permit()
     entry = h.registry.add(job(8, "records_start"), asyncio.get_running_loop().time() + 3600)
     await h.executor.run_once(entry)
