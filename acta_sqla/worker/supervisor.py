@@ -37,6 +37,7 @@ from ..settings import (
 )
 from ..store import WorkerStore, app_name
 from ..values import ClaimedJob, Completion, Outcome
+from . import definitions
 from .admission import Admission
 from .claimer import Claimer
 from .clock import Clock
@@ -658,50 +659,30 @@ class Worker:
             self._recovering = False
 
     async def reload_definitions(self) -> None:
+        """Load the stored definitions, apply them (``worker/definitions.py`` decides)."""
         assert self.store is not None
         try:
-            defs = await self.store.load_definitions()
+            stored = await self.store.load_definitions()
         except Exception as exc:
             log.warning("could not load definitions: {}", exc)
             return
-        policies: dict[str, Policy] = {}
-        for kind, handler in self.acta.handlers.items():
-            try:
-                policies[kind] = handler.policy.merged(defs.overrides.get(kind, {}))
-            except ConfigurationError as exc:
-                log.bind(event="bad_override", kind=kind).error(
-                    "ignoring the stored overrides of {!r}: {}", kind, exc
-                )
-                policies[kind] = handler.policy
-        changed = self.definitions_version >= 0 and defs.version != self.definitions_version
-        # Paused: any kind of the namespace declared paused or paused by an operator (handled
-        # here or not), the override winning over the declaration.
-        paused = sorted(
-            k
-            for k in defs.declared.keys() | defs.overrides.keys()
-            if {**defs.declared.get(k, {}), **defs.overrides.get(k, {})}.get("paused") is True
-        )
-        if changed:
-            for kind, policy in sorted(policies.items()):
-                before = self.policies.get(kind)
-                if before is not None and before != policy:
-                    diff = {
-                        f: getattr(policy, f)
-                        for f in Policy.field_names()
-                        if getattr(policy, f) != getattr(before, f)
-                    }
-                    log.bind(event="policy_changed", kind=kind).info(
-                        "kind {!r}: policy now {}", kind, diff
-                    )
-        self.policies = policies
-        self.store.paused = paused
-        self.definitions_version = defs.version
-        if changed:
-            log.bind(event="definitions_reloaded", paused=paused).info(
+        declared = {kind: handler.policy for kind, handler in self.acta.handlers.items()}
+        new = definitions.reload(declared, stored, self.policies, self.definitions_version)
+        for kind, why in new.refused.items():
+            log.bind(event="bad_override", kind=kind).error(
+                "ignoring the stored overrides of {!r}: {}", kind, why
+            )
+        for kind, diff in new.diffs.items():
+            log.bind(event="policy_changed", kind=kind).info("kind {!r}: policy now {}", kind, diff)
+        self.policies = new.policies
+        self.store.paused = new.paused
+        self.definitions_version = new.version
+        if new.changed:
+            log.bind(event="definitions_reloaded", paused=new.paused).info(
                 "definitions of namespace {!r} reloaded (version {}){}",
                 self.namespace,
-                defs.version,
-                f"; paused: {', '.join(paused)}" if paused else "",
+                new.version,
+                f"; paused: {', '.join(new.paused)}" if new.paused else "",
             )
             claimer = getattr(self, "claimer", None)
             if claimer is not None:
