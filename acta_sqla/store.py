@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -22,7 +22,6 @@ from .errors import ConfigurationError, StatementRefused, StoreUnavailable, brie
 from .queries import complete
 from .queries.catalogue import WorkerSQL
 from .queries.schedules import DECLARED
-from .schedules import NoTick, Schedule, plan_fires
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
 from .status import JobStatus
 from .values import (
@@ -219,6 +218,12 @@ class RoleConnection:
                 await asyncio.wait_for(conn.close(), timeout=2)
             except (Exception, asyncio.CancelledError):
                 conn.terminate()
+
+
+class Declared(Protocol):
+    """A declared schedule as the store writes it (``schedules.Schedule``)."""
+
+    def row(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,7 +539,7 @@ class WorkerStore:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    async def store_schedules(self, schedules: Sequence[Schedule]) -> list[str]:
+    async def store_schedules(self, schedules: Sequence[Declared]) -> list[str]:
         """Store the code's schedules; the names of the namespace's schedules it dropped."""
         rows = [s.row() for s in schedules]
         columns = ("name", *DECLARED)
@@ -558,39 +563,40 @@ class WorkerStore:
         return dropped
 
     def db_now(self) -> datetime:
-        """The database's clock, as this host's plus the offset :meth:`ensure_fires` last
-        measured (a round trip's accuracy): which tick a schedule's fire is next must not
-        depend on a skewed host clock."""
+        """The database's clock, as this host's plus the offset :meth:`unfired_schedules`
+        last measured (a round trip's accuracy): which tick a schedule's fire is next must
+        not depend on a skewed host clock."""
         return datetime.fromtimestamp(self.wall() + self.clock_offset, UTC)
 
-    async def ensure_fires(
+    async def unfired_schedules(
         self,
-        schedules: Mapping[str, Schedule],
-        stuck: Callable[[NoTick], None] | None = None,
-    ) -> list[tuple[str, Any]]:
-        """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:
-        its first tick to come if it never fired, else its last fire's successor (the
-        missed policy). Under the schedules' locks, re-checked: exactly one chain each.
-        A schedule whose tick cannot be computed (``schedules.plan_fires``) is handed to
-        ``stuck`` and gets no fire; every other one still does."""
+    ) -> tuple[datetime, list[tuple[str, datetime | None, str, str, str]]]:
+        """The database's clock, and the namespace's stored schedules with no pending fire
+        (name, latest fire's tick or None, cron, timezone, missed); measures the host's
+        offset to that clock (:meth:`db_now`). Which tick each fires next is decided by
+        ``worker/fires.py``."""
         asked = self.wall()
         rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
         now = rows[0]["now"]  # the database's clock: a skewed host must not skip ticks
         self.clock_offset = now.timestamp() - (asked + self.wall()) / 2
-        unfired = [(r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"]) for r in rows]
         # A NULL name: no schedule without a pending fire (the row carries now() alone).
-        planned, failed = plan_fires((u for u in unfired if u[0] is not None), schedules, now)
-        for exc in failed:
-            if stuck is not None:
-                stuck(exc)
-        if not planned:
-            return []
-        names = [name for name, _ in planned]
-        ticks = [tick for _, tick in planned]
+        unfired = [
+            (r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"])
+            for r in rows
+            if r["name"] is not None
+        ]
+        return now, unfired
+
+    async def enqueue_fires(
+        self, names: Sequence[str], ticks: Sequence[datetime]
+    ) -> list[tuple[str, Any]]:
+        """Enqueue the fires (schedule name, tick) under the schedules' advisory locks,
+        taken in a statement of their own (the insert then re-reads what another worker
+        committed): exactly one chain each. The (name, tick) pairs inserted."""
         _, inserted = await self.admin_conn.fetch_together(
             [
-                (self.sql.lock_schedules, (self.namespace, names)),
-                (self.sql.enqueue_fires, (self.namespace, names, ticks)),
+                (self.sql.lock_schedules, (self.namespace, list(names))),
+                (self.sql.enqueue_fires, (self.namespace, list(names), list(ticks))),
             ]
         )
         return [(r[0], r[1]) for r in inserted]

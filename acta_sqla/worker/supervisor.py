@@ -28,7 +28,6 @@ from ..database import database_url
 from ..errors import ConfigurationError, StoreUnavailable
 from ..listener import Listener
 from ..policy import Policy
-from ..schedules import NoTick, successor_feature
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
     DEFAULT_GRACE_SECONDS,
@@ -36,7 +35,7 @@ from ..settings import (
     load_settings,
 )
 from ..store import WorkerStore, app_name
-from ..values import ClaimedJob, Completion, Outcome
+from ..values import Completion, Outcome
 from . import definitions
 from .admission import Admission
 from .claimer import Claimer
@@ -44,6 +43,7 @@ from .clock import Clock
 from .completions import handback
 from .executor import Executor, ExecutorConfig, Executors
 from .finalizer import Finalizer
+from .fires import Fires
 from .heartbeat import Heartbeat
 from .inflight import Entry, EntryState, Permits, Registry
 from .lifeline import Lifeline
@@ -124,6 +124,7 @@ class Worker:
         self.crashed = False
         self.stubborn: list[Entry] = []
         """Attempts whose handlers ignored their cancel at shutdown (left to their lease)."""
+        self.fires = Fires(acta.schedules, self.namespace, self._spawn)
         self._pool = ThreadPoolExecutor(
             max_workers=self.executors_count, thread_name_prefix="acta-sync"
         )
@@ -164,7 +165,7 @@ class Worker:
                     {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
                 )
                 await self.reload_definitions()
-                await self._store_schedules(store)
+                await self.fires.store_declared(store)
                 return
             except StoreUnavailable as exc:
                 log.bind(event="database_unavailable").warning(
@@ -175,53 +176,6 @@ class Worker:
                 delay = min(delay * 2, 30.0)
             finally:
                 await connecting
-
-    async def _store_schedules(self, store: WorkerStore) -> None:
-        """Store this code's schedules (dropping those it no longer declares) and give each
-        a pending fire if it has none."""
-        schedules = self.acta.schedules
-        dropped = await store.store_schedules(list(schedules.values()))
-        if dropped:
-            log.bind(event="schedules_dropped", names=dropped).info(
-                "schedules no longer declared, stopped: {}", ", ".join(dropped)
-            )
-        if schedules:
-            # Beside start-up, like the stages' warm-up: a lock on acta.job must hold up
-            # the first fire, not the worker's start.
-            self._spawn(self._ensure_fires_logged(store))
-
-    async def _ensure_fires_logged(self, store: WorkerStore) -> None:
-        try:
-            await self._ensure_fires(store)
-        except Exception as exc:  # the next recovery pass tries again
-            log.bind(event="schedule_fires_failed").warning(
-                "could not enqueue the schedules' next fires (the next recovery pass tries "
-                "again): {}",
-                exc,
-            )
-
-    async def _ensure_fires(self, store: WorkerStore) -> None:
-        for name, tick in await store.ensure_fires(self.acta.schedules, _log_no_tick):
-            log.bind(event="schedule_fire_enqueued", schedule=name).info(
-                "schedule {!r}: next fire at {}", name, tick.isoformat()
-            )
-
-    def _chain(self, job: ClaimedJob, completion: Completion) -> Completion:
-        """A fire's completion carries the schedule's next fire (if this code declares the
-        schedule: a worker whose code dropped it ends the chain)."""
-        schedule = self.acta.schedules.get(job.schedule_name or "")
-        if schedule is None or job.scheduled_at is None:
-            return completion
-        assert self.store is not None  # a job ran: the worker is started
-        now = self.store.db_now()  # the database's clock: a skewed host skips no tick
-        try:
-            nxt = successor_feature(schedule, self.namespace, job.scheduled_at, now)
-        except NoTick as exc:
-            # The fire's own completion is still written; the chain stops here (each
-            # recovery pass names the schedule again) instead of the executor failing.
-            _log_no_tick(exc)
-            return completion
-        return completion._replace(features={**(completion.features or {}), "next": nxt})
 
     async def start(self) -> None:
         self.store = store = await self._connect()
@@ -259,7 +213,7 @@ class Worker:
             lease=self.timings.lease,
             admit=self.admission,
             worker_id=lambda: self.worker_id,
-            chain=self._chain if self.acta.schedules else None,
+            chain=self.fires.chain if self.acta.schedules else None,
             tracer=tracer,
             job_metrics=metered,
         )
@@ -649,10 +603,9 @@ class Worker:
         self._recovering = True
         try:
             await run_recovery(self.store)
-            if self.acta.schedules:
-                # A chain broken by a path that wrote no completion of a fire (an
-                # operator's cancel of a pending fire, a fire failed by recovery).
-                await self._ensure_fires(self.store)
+            # A chain broken by a path that wrote no completion of a fire (an operator's
+            # cancel of a pending fire, a fire failed by recovery).
+            await self.fires.ensure()
         except Exception as exc:
             log.bind(event="recovery_failed").warning("recovery pass failed: {}", exc)
         finally:
@@ -693,13 +646,3 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
-
-
-def _log_no_tick(exc: NoTick) -> None:
-    """A schedule that cannot fire: named once per pass that finds it (start-up, each
-    recovery pass); it alone stops, every other schedule of the namespace fires."""
-    log.bind(event="schedule_no_tick", schedule=exc.name, cron=exc.cron).warning(
-        "{}: it does not fire (every other schedule does); fix its cron in the code and "
-        "restart the workers, or remove it",
-        exc,
-    )

@@ -51,3 +51,11 @@ def test_the_executor_takes_one_frozen_config_and_a_store() -> None:
     assert params == ["config", "registry", "permits", "claimed", "completed", "store", "clock"]
     assert ExecutorConfig.__dataclass_params__.frozen  # type: ignore[attr-defined]
     assert dataclasses.is_dataclass(ExecutorConfig)
+
+
+def test_the_store_imports_no_feature_module() -> None:
+    """The store is a door: statements run, rows turned into values. Which tick a schedule
+    fires next (worker/fires.py), what a policy is, what a wait means: decided elsewhere."""
+    features = ("schedules", "waits", "policy", "handler", "app", "session", "worker")
+    imported = _imports(PACKAGE / "store.py")
+    assert not [m for m in imported for f in features if m.startswith(f"acta_sqla.{f}")]
