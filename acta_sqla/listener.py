@@ -12,8 +12,8 @@ import asyncpg
 from loguru import logger
 
 from . import _faults
+from .connections import app_name
 from .errors import brief
-from .store import app_name
 
 
 class Listener:
