@@ -10,6 +10,7 @@ ended ``failed`` with ``acta.CompletionRefused``.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -96,7 +97,7 @@ def test_refused_completions_that_fill_the_channel_do_not_hold_the_stop(
     sql: Sql, workers: Workers, refusing: None
 ) -> None:
     """Completions refused while the claims go on fill the Completed channel: the batch in
-    hand (128), the channel behind it (128 + 8) and the 8 executors waiting for room. The
+    hand (up to 128), the channel behind it (128 + 8) and the 8 executors waiting for room. The
     stop's STOP marker could then never enter the channel, and the worker hung on SIGTERM
     (a second signal too) for as long as the writes failed (found 2026-12-04). Now the
     flush time counts from the stop, and after a second signal no failed write is
@@ -104,9 +105,16 @@ def test_refused_completions_that_fill_the_channel_do_not_hold_the_stop(
     'executing' under their leases, and recovery brings every one of them back once the
     writes land again (I1, I6)."""
     n = 400
-    held = 128 + (128 + 8) + 8
     w = workers("--grace", "1", "--executors", "8")
     enqueue(sql, "quick", n)
+    # The batch in hand is what the finalizer had gathered at its first write: 128 at
+    # most, fewer when the machine is busy and the executors were slower than the writer.
+    first = wait_for(
+        lambda: re.search(r"writing (\d+) completions failed", w.output()),
+        timeout=30,
+        what="the first refused completion write",
+    )
+    held = int(first.group(1)) + (128 + 8) + 8
     wait_for(
         lambda: count_status(sql, "executing") >= held,
         timeout=30,
