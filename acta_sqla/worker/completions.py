@@ -116,11 +116,17 @@ def _ended(
     error: ErrorFields | None,
     ran: float | None,
     *,
-    delay: float = 0.0,
+    delay: float | None = 0.0,
     refund: bool = False,
+    result_json: str | None = None,
+    record: bool = True,
+    awaited_signal: str | None = None,
+    children: int | None = None,
     features: Features | None = None,
 ) -> Completion:
-    """The one constructor of an executor's completions: the cancel rule is applied here."""
+    """The one constructor of an executor's completions (every shape below): the cancel
+    rule is applied here. (``refused`` rewrites a completion the database refused, and
+    recovery's ``lease_expired`` ends a row no executor holds.)"""
     return Completion(
         job_id=job.id,
         execution_id=job.execution_id,
@@ -129,26 +135,22 @@ def _ended(
         attempt=job.attempts,
         delay=delay,
         refund=refund,
+        result_json=result_json,
         error_type=error.type if error else None,
         error_message=error.message if error else None,
         traceback=error.traceback if error else None,
         ran_seconds=ran,
+        record=record,
         cancel_wins=cancel_wins(status),
+        awaited_signal=awaited_signal,
+        children=children,
         features=features,
     )
 
 
 def succeeded(job: ClaimedJob, result_json: str | None, ran: float) -> Completion:
     """The handler returned: the job ends ``succeeded`` with its JSON result."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.SUCCEEDED,
-        status=SUCCEEDED,
-        attempt=job.attempts,
-        result_json=result_json,
-        ran_seconds=ran,
-    )
+    return _ended(job, Outcome.SUCCEEDED, SUCCEEDED, None, ran, result_json=result_json)
 
 
 def failed(
@@ -200,17 +202,8 @@ def wait_for_signal(job: ClaimedJob, name: str, timeout: float | None, ran: floa
     ``timeout`` seconds, None: no timeout), holding no executor, lease or worker; the
     attempt is not charged (it did what it was asked). If the job already received the
     signal, the statement makes it ``ready`` at once instead."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.WAITING,
-        status=WAITING,
-        attempt=job.attempts,
-        delay=timeout,
-        refund=True,
-        ran_seconds=ran,
-        cancel_wins=cancel_wins(WAITING),
-        awaited_signal=name,
+    return _ended(
+        job, Outcome.WAITING, WAITING, None, ran, delay=timeout, refund=True, awaited_signal=name
     )
 
 
@@ -218,16 +211,14 @@ def wait_for_children(job: ClaimedJob, children: list[dict[str, Any]], ran: floa
     """The handler returned ``WaitForChildren``: the same statement inserts ``children``
     (rows as ``waits.child_row`` builds them) and parks the job ``waiting`` until each has
     reached a terminal state; the attempt is not charged."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.WAITING,
-        status=WAITING,
-        attempt=job.attempts,
+    return _ended(
+        job,
+        Outcome.WAITING,
+        WAITING,
+        None,
+        ran,
         delay=None,
         refund=True,
-        ran_seconds=ran,
-        cancel_wins=cancel_wins(WAITING),
         children=len(children),
         features={"children": children},
     )
@@ -236,17 +227,7 @@ def wait_for_children(job: ClaimedJob, children: list[dict[str, Any]], ran: floa
 def handback(job: ClaimedJob, delay: float) -> Completion:
     """An unstarted row goes back ``ready`` after ``delay``, its attempt given back and no
     Execution row written (it was never an attempt)."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.HANDBACK,
-        status=READY,
-        attempt=job.attempts,
-        delay=delay,
-        refund=True,
-        record=False,
-        cancel_wins=cancel_wins(READY),
-    )
+    return _ended(job, Outcome.HANDBACK, READY, None, None, delay=delay, refund=True, record=False)
 
 
 def bounce(job: ClaimedJob, delay: float) -> Completion:
@@ -254,17 +235,7 @@ def bounce(job: ClaimedJob, delay: float) -> Completion:
     says later): back ``ready`` after ``delay``, its attempt given back, no failure and no
     Execution row (I18: a bounce charges nothing). An operator's cancel wins, as for any
     return to ``ready``."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.HANDBACK,
-        status=READY,
-        attempt=job.attempts,
-        delay=delay,
-        refund=True,
-        record=False,
-        cancel_wins=cancel_wins(READY),
-    )
+    return _ended(job, Outcome.HANDBACK, READY, None, None, delay=delay, refund=True, record=False)
 
 
 _STOP_MESSAGES = {

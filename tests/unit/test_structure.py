@@ -59,3 +59,20 @@ def test_the_store_imports_no_feature_module() -> None:
     features = ("schedules", "waits", "policy", "handler", "app", "session", "worker")
     imported = _imports(PACKAGE / "store.py")
     assert not [m for m in imported for f in features if m.startswith(f"acta_sqla.{f}")]
+
+
+def test_every_completion_shape_goes_through_ended() -> None:
+    """One constructor of an executor's completions (the cancel rule applied once): only
+    ``_ended``, ``refused`` (a refused completion rewritten) and recovery's
+    ``lease_expired`` build a ``Completion`` themselves."""
+    tree = ast.parse((PACKAGE / "worker" / "completions.py").read_text())
+    builders = sorted(
+        fn.name
+        for fn in tree.body
+        if isinstance(fn, ast.FunctionDef)
+        for call in ast.walk(fn)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "Completion"
+    )
+    assert builders == ["_ended", "lease_expired", "refused"]
