@@ -1,4 +1,4 @@
--- acta's database code at revision 0014, read back from a freshly migrated
+-- acta's database code at revision 0016, read back from a freshly migrated
 -- database (tests/db/test_schema_snapshot.py): the tables, sequences and indexes,
 -- every function (pg_get_functiondef) and trigger (pg_get_triggerdef) as they stand.
 -- Generated: do not edit by hand (the test fails). After a new migration:
@@ -15,6 +15,25 @@ CREATE SEQUENCE acta.schedule_id_seq AS bigint START 1 INCREMENT 1 MINVALUE 1 MA
 
 -- sequence worker_id_seq
 CREATE SEQUENCE acta.worker_id_seq AS bigint START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 9223372036854775807 CACHE 1;
+
+-- table breaker
+CREATE TABLE acta.breaker (
+    namespace text NOT NULL,
+    kind text NOT NULL,
+    key text NOT NULL,
+    state text DEFAULT 'closed'::text NOT NULL,
+    open_until timestamp with time zone,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    window_start timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    calls integer DEFAULT 0 NOT NULL,
+    failures integer DEFAULT 0 NOT NULL,
+    prev_calls integer DEFAULT 0 NOT NULL,
+    prev_failures integer DEFAULT 0 NOT NULL,
+    probe_jobs bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    probe_executions bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    CONSTRAINT breaker_breaker_state_check_check CHECK (state = ANY (ARRAY['closed'::text, 'open'::text, 'half_open'::text])),
+    CONSTRAINT breaker_pkey PRIMARY KEY (namespace, kind, key)
+);
 
 -- table concurrency_slot
 CREATE TABLE acta.concurrency_slot (
@@ -221,25 +240,36 @@ AS $function$
         DECLARE
             t timestamptz;
             ids bigint[] := ARRAY(SELECT (e->>0)::bigint FROM jsonb_array_elements(p_batch) e);
+            has_breaker boolean := EXISTS (
+                SELECT 1 FROM jsonb_array_elements(p_batch) e WHERE e->>6 IS NOT NULL);
+            br_refused bigint[] := '{}';
+            br_waits float8[] := '{}';
+            br_probes bigint[] := '{}';
+            br_half bigint[] := '{}';
         BEGIN
             -- Every join to job below also says j.id = ANY (ids): the rows are looked up by
             -- primary key whatever the plan (a plan that cannot see the batch's size would
             -- otherwise hash the whole table against it, at every call).
             -- 1. Every key of the batch, locked in one order until commit.
             PERFORM pg_advisory_xact_lock(h) FROM (
-                SELECT DISTINCT hashtextextended(
+                SELECT DISTINCT CASE WHEN which = 3 THEN hashtextextended('acta.breaker' || chr(31) || p_namespace || chr(31) || kind || chr(31) || key, 0) ELSE hashtextextended(
                     CASE WHEN which = 1 THEN 'acta.slot' ELSE 'acta.rate' END || chr(31)
-                    || p_namespace || chr(31) || key, 0) AS h
+                    || p_namespace || chr(31) || key, 0) END AS h
                 FROM (
-                    SELECT 1 AS which, j.concurrency_key AS key
+                    SELECT 1 AS which, NULL::text AS kind, j.concurrency_key AS key
                     FROM jsonb_array_elements(p_batch) AS e
                     JOIN "acta".job AS j ON j.id = (e->>0)::bigint AND j.id = ANY (ids)
                     WHERE j.concurrency_key IS NOT NULL AND e->>2 IS NOT NULL
                     UNION ALL
-                    SELECT 2, coalesce(j.rate_key, j.kind)
+                    SELECT 2, NULL, coalesce(j.rate_key, j.kind)
                     FROM jsonb_array_elements(p_batch) AS e
                     JOIN "acta".job AS j ON j.id = (e->>0)::bigint AND j.id = ANY (ids)
                     WHERE e->>3 IS NOT NULL
+                    UNION ALL
+                    SELECT 3, j.kind, e->>6
+                    FROM jsonb_array_elements(p_batch) AS e
+                    JOIN "acta".job AS j ON j.id = (e->>0)::bigint AND j.id = ANY (ids)
+                    WHERE has_breaker AND e->>6 IS NOT NULL
                 ) AS keys
                 ORDER BY h
             ) AS ordered;
@@ -254,7 +284,106 @@ AS $function$
             WHERE e->>3 IS NOT NULL
             ON CONFLICT DO NOTHING;
 
-            -- 3. Under the locks, a fresh snapshot: decide the whole batch at once.
+            -- 2b. Breakers (0016), under their locks: which requests the breaker refuses,
+            -- which it admits as probes. Only batches that carry a breaker get here.
+            IF has_breaker THEN
+                INSERT INTO "acta".breaker AS b (namespace, kind, key)
+                SELECT DISTINCT p_namespace, j.kind, e->>6
+                FROM jsonb_array_elements(p_batch) AS e
+                JOIN "acta".job AS j ON j.id = (e->>0)::bigint AND j.id = ANY (ids)
+                 AND j.execution_id = (e->>1)::bigint AND j.status = 'executing'
+                WHERE e->>6 IS NOT NULL
+                ON CONFLICT DO NOTHING;
+                t := clock_timestamp();
+                WITH breq AS (
+                    SELECT x.ord, j.id, (x.e->>6) AS bkey, j.kind AS bkind,
+                           (x.e->>7)::int AS probes, (x.e->>5)::float8 AS bounce
+                    FROM jsonb_array_elements(p_batch) WITH ORDINALITY AS x(e, ord)
+                    JOIN "acta".job AS j
+                      ON j.id = (x.e->>0)::bigint AND j.id = ANY (ids)
+                     AND j.execution_id = (x.e->>1)::bigint
+                     AND j.status = 'executing' AND j.namespace = p_namespace
+                    WHERE x.e->>6 IS NOT NULL
+                ),
+                st AS (
+                    SELECT b.kind, b.key, b.state, b.open_until,
+                           (SELECT count(*) FROM unnest(b.probe_jobs, b.probe_executions)
+                                AS p(jid, xid)
+                            WHERE (EXISTS (SELECT 1 FROM "acta".job AS h
+                             WHERE h.id = p.jid AND h.execution_id = p.xid
+                               AND h.status = 'executing' AND h.lease_expires_at > t)
+                     OR EXISTS (SELECT 1 FROM "acta".execution AS x
+                                WHERE x.job_id = p.jid AND x.id = p.xid
+                                  AND x.outcome IN ('succeeded', 'failed', 'timeout')
+                                  AND x.finished_at > t - interval '10 seconds'))) AS live
+                    FROM "acta".breaker AS b
+                    WHERE b.namespace = p_namespace AND b.state <> 'closed'
+                      AND (b.kind, b.key) IN (SELECT breq.bkind, breq.bkey FROM breq)
+                ),
+                ranked AS (
+                    SELECT breq.id, breq.bounce, st.state, st.open_until,
+                           st.state = 'open' AND st.open_until > t AS shut,
+                           st.live + count(*) OVER (PARTITION BY breq.bkind, breq.bkey
+                                                    ORDER BY breq.ord
+                                                    ROWS UNBOUNDED PRECEDING)
+                               <= breq.probes AS probe,
+                           row_number() OVER (PARTITION BY breq.bkind, breq.bkey
+                                              ORDER BY breq.ord) = 1 AS first
+                    FROM breq JOIN st ON st.kind = breq.bkind AND st.key = breq.bkey
+                )
+                SELECT coalesce(array_agg(r.id) FILTER (WHERE r.shut OR NOT r.probe), '{}'),
+                       coalesce(array_agg(CASE WHEN r.shut
+                                              THEN extract(epoch FROM r.open_until - t)
+                                              ELSE r.bounce END::float8)
+                                FILTER (WHERE r.shut OR NOT r.probe), '{}'),
+                       coalesce(array_agg(r.id) FILTER (WHERE NOT r.shut AND r.probe), '{}'),
+                       coalesce(array_agg(r.id) FILTER (WHERE NOT r.shut AND r.probe
+                                                      AND r.first AND r.state = 'open'), '{}')
+                INTO br_refused, br_waits, br_probes, br_half
+                FROM ranked AS r;
+
+                IF cardinality(br_probes) > 0 THEN
+                    -- The probes: the live ones kept, the new ones added; the breaker is
+                    -- half-open from the first.
+                    UPDATE "acta".breaker AS b SET
+                        state = 'half_open',
+                        changed_at = CASE WHEN b.state = 'half_open' THEN b.changed_at
+                                          ELSE t END,
+                        probe_jobs = ARRAY(
+                            SELECT p.jid FROM unnest(b.probe_jobs, b.probe_executions)
+                                AS p(jid, xid)
+                            WHERE (EXISTS (SELECT 1 FROM "acta".job AS h
+                             WHERE h.id = p.jid AND h.execution_id = p.xid
+                               AND h.status = 'executing' AND h.lease_expires_at > t)
+                     OR EXISTS (SELECT 1 FROM "acta".execution AS x
+                                WHERE x.job_id = p.jid AND x.id = p.xid
+                                  AND x.outcome IN ('succeeded', 'failed', 'timeout')
+                                  AND x.finished_at > t - interval '10 seconds'))
+                        ) || np.jobs,
+                        probe_executions = ARRAY(
+                            SELECT p.xid FROM unnest(b.probe_jobs, b.probe_executions)
+                                AS p(jid, xid)
+                            WHERE (EXISTS (SELECT 1 FROM "acta".job AS h
+                             WHERE h.id = p.jid AND h.execution_id = p.xid
+                               AND h.status = 'executing' AND h.lease_expires_at > t)
+                     OR EXISTS (SELECT 1 FROM "acta".execution AS x
+                                WHERE x.job_id = p.jid AND x.id = p.xid
+                                  AND x.outcome IN ('succeeded', 'failed', 'timeout')
+                                  AND x.finished_at > t - interval '10 seconds'))
+                        ) || np.xids
+                    FROM (
+                        SELECT j.kind, e->>6 AS key, array_agg(j.id) AS jobs,
+                               array_agg(j.execution_id) AS xids
+                        FROM jsonb_array_elements(p_batch) AS e
+                        JOIN "acta".job AS j ON j.id = (e->>0)::bigint AND j.id = ANY (br_probes)
+                        GROUP BY 1, 2
+                    ) AS np
+                    WHERE b.namespace = p_namespace AND b.kind = np.kind AND b.key = np.key;
+                END IF;
+            END IF;
+
+            -- 3. Under the locks, a fresh snapshot: decide the whole batch at once. A
+            -- request the breaker refused is not ours here: it takes no slot, no meter.
             t := clock_timestamp();
             RETURN QUERY
             WITH req AS (
@@ -269,6 +398,7 @@ AS $function$
                   ON j.id = (x.e->>0)::bigint AND j.id = ANY (ids)
                  AND j.execution_id = (x.e->>1)::bigint
                  AND j.status = 'executing' AND j.namespace = p_namespace
+                 AND NOT (j.id = ANY (br_refused))
             ),
             live AS (
                 -- Live holders only: a slot whose attempt ended (its row moved on) or
@@ -328,9 +458,12 @@ AS $function$
             ),
             decided AS (
                 SELECT sd.ord, sd.id, sd.xid, sd.ck, sd.lim, sd.bounce,
-                       CASE WHEN NOT sd.ours THEN 'lost'
+                       CASE WHEN sd.id = ANY (br_refused) THEN 'breaker'
+                            WHEN NOT sd.ours THEN 'lost'
                             WHEN NOT sd.slot_ok THEN 'slot'
                             WHEN r.id IS NOT NULL AND NOT r.admitted THEN 'rate'
+                            WHEN sd.id = ANY (br_half) THEN 'half_open'
+                            WHEN sd.id = ANY (br_probes) THEN 'probe'
                             ELSE 'admitted' END AS v,
                        r.due
                 FROM slotted AS sd LEFT JOIN rated AS r ON r.id = sd.id
@@ -340,7 +473,8 @@ AS $function$
                     (namespace, key, job_id, execution_id, worker_id, acquired_at)
                 SELECT p_namespace, d.ck, d.id, d.xid, p_worker, t
                 FROM decided AS d
-                WHERE d.v = 'admitted' AND d.ck IS NOT NULL AND d.lim IS NOT NULL
+                WHERE d.v IN ('admitted', 'probe', 'half_open')
+                  AND d.ck IS NOT NULL AND d.lim IS NOT NULL
                 ON CONFLICT ON CONSTRAINT concurrency_slot_pkey DO UPDATE
                 SET execution_id = EXCLUDED.execution_id, worker_id = EXCLUDED.worker_id,
                     acquired_at = EXCLUDED.acquired_at
@@ -349,11 +483,121 @@ AS $function$
             SELECT d.id, d.v,
                    CASE d.v WHEN 'slot' THEN d.bounce
                             WHEN 'rate' THEN extract(epoch FROM d.due - t)::float8
+                            WHEN 'breaker'
+                                THEN greatest(0, br_waits[array_position(br_refused, d.id)])
                             ELSE 0::float8 END
             -- meters and taken are not read: a data-modifying CTE runs exactly once
             -- whether or not anything reads it.
             FROM decided AS d
             ORDER BY d.ord;
+        END $function$;
+
+-- function breaker_record(p_namespace text, p_outcomes jsonb)
+CREATE OR REPLACE FUNCTION acta.breaker_record(p_namespace text, p_outcomes jsonb)
+ RETURNS TABLE(kind text, key text, state text, until timestamp with time zone)
+ LANGUAGE plpgsql
+AS $function$
+        #variable_conflict use_column
+        DECLARE
+            t timestamptz;
+            r record;
+            b "acta".breaker%ROWTYPE;
+            ws timestamptz;
+            pc int; pf int; cc int; cf int;
+            weight float8;
+            est_calls float8;
+            est_fails float8;
+            probe_failed boolean;
+        BEGIN
+            PERFORM pg_advisory_xact_lock(h) FROM (
+                SELECT DISTINCT hashtextextended('acta.breaker' || chr(31) || p_namespace || chr(31) || (e->>0) || chr(31) || (e->>1), 0) AS h
+                FROM jsonb_array_elements(p_outcomes) AS e
+                ORDER BY h
+            ) AS ordered;
+            INSERT INTO "acta".breaker AS b (namespace, kind, key, window_start)
+            SELECT DISTINCT p_namespace, e->>0, e->>1, clock_timestamp()
+            FROM jsonb_array_elements(p_outcomes) AS e
+            ON CONFLICT DO NOTHING;
+            t := clock_timestamp();
+            FOR r IN
+                SELECT x.e->>0 AS bkind, x.e->>1 AS bkey,
+                       count(*)::int AS calls,
+                       (count(*) FILTER (WHERE (x.e->>4)::boolean))::int AS fails,
+                       max((x.e->>5)::float8) AS rate, max((x.e->>6)::int) AS min_calls,
+                       max((x.e->>7)::float8) AS win, max((x.e->>8)::float8) AS open_for,
+                       array_agg((x.e->>2)::bigint ORDER BY x.ord) AS jobs,
+                       array_agg((x.e->>3)::bigint ORDER BY x.ord) AS xids,
+                       array_agg((x.e->>4)::boolean ORDER BY x.ord) AS failed
+                FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS x(e, ord)
+                GROUP BY 1, 2
+            LOOP
+                SELECT * INTO b FROM "acta".breaker AS br
+                WHERE br.namespace = p_namespace AND br.kind = r.bkind AND br.key = r.bkey;
+                IF b.state = 'closed' THEN
+                    -- A sliding-window counter: this window's outcomes, plus the previous
+                    -- window's weighted by how much of it the sliding window still covers.
+                    ws := b.window_start; pc := b.prev_calls; pf := b.prev_failures;
+                    cc := b.calls; cf := b.failures;
+                    IF t >= ws + make_interval(secs => 2 * r.win) THEN
+                        ws := t; pc := 0; pf := 0; cc := 0; cf := 0;
+                    ELSIF t >= ws + make_interval(secs => r.win) THEN
+                        ws := ws + make_interval(secs => r.win);
+                        pc := cc; pf := cf; cc := 0; cf := 0;
+                    END IF;
+                    cc := cc + r.calls; cf := cf + r.fails;
+                    weight := greatest(0, 1 - extract(epoch FROM t - ws) / r.win);
+                    est_calls := pc * weight + cc;
+                    est_fails := pf * weight + cf;
+                    IF est_calls >= r.min_calls AND est_fails > 0
+                       AND est_fails >= r.rate * est_calls THEN
+                        UPDATE "acta".breaker AS br SET
+                            state = 'open', open_until = t + make_interval(secs => r.open_for),
+                            changed_at = t, window_start = t, calls = 0, failures = 0,
+                            prev_calls = 0, prev_failures = 0,
+                            probe_jobs = '{}', probe_executions = '{}'
+                        WHERE br.namespace = p_namespace AND br.kind = r.bkind
+                          AND br.key = r.bkey;
+                        kind := r.bkind; key := r.bkey; state := 'open';
+                        until := t + make_interval(secs => r.open_for);
+                        RETURN NEXT;
+                    ELSE
+                        UPDATE "acta".breaker AS br SET
+                            window_start = ws, calls = cc, failures = cf,
+                            prev_calls = pc, prev_failures = pf
+                        WHERE br.namespace = p_namespace AND br.kind = r.bkind
+                          AND br.key = r.bkey;
+                    END IF;
+                ELSE
+                    -- Open or half-open: only a probe's outcome counts (the first one of
+                    -- the batch); the late outcomes of attempts started before it opened
+                    -- do not.
+                    SELECT u.f INTO probe_failed
+                    FROM unnest(r.jobs, r.xids, r.failed) WITH ORDINALITY AS u(jid, xid, f, i)
+                    WHERE (u.jid, u.xid) IN (
+                        SELECT p.jid, p.xid
+                        FROM unnest(b.probe_jobs, b.probe_executions) AS p(jid, xid))
+                    ORDER BY u.i LIMIT 1;
+                    IF FOUND AND probe_failed THEN
+                        UPDATE "acta".breaker AS br SET
+                            state = 'open', open_until = t + make_interval(secs => r.open_for),
+                            changed_at = t, probe_jobs = '{}', probe_executions = '{}'
+                        WHERE br.namespace = p_namespace AND br.kind = r.bkind
+                          AND br.key = r.bkey;
+                        kind := r.bkind; key := r.bkey; state := 'open';
+                        until := t + make_interval(secs => r.open_for);
+                        RETURN NEXT;
+                    ELSIF FOUND THEN
+                        UPDATE "acta".breaker AS br SET
+                            state = 'closed', open_until = NULL, changed_at = t,
+                            window_start = t, calls = 0, failures = 0, prev_calls = 0,
+                            prev_failures = 0, probe_jobs = '{}', probe_executions = '{}'
+                        WHERE br.namespace = p_namespace AND br.kind = r.bkind
+                          AND br.key = r.bkey;
+                        kind := r.bkind; key := r.bkey; state := 'closed'; until := NULL;
+                        RETURN NEXT;
+                    END IF;
+                END IF;
+            END LOOP;
         END $function$;
 
 -- function job_deleted_effects()

@@ -14,6 +14,7 @@ worker stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,7 @@ from ..store import WorkerStore, app_name
 from ..values import Completion, Outcome
 from . import definitions
 from .admission import Admission
+from .breakers import Breakers
 from .claimer import Claimer
 from .clock import Clock
 from .completions import handback
@@ -110,6 +112,8 @@ class Worker:
         )
         self.policies: dict[str, Policy] = {k: h.policy for k, h in acta.handlers.items()}
         self.definitions_version = -1
+        self.breakers: Breakers | None = None
+        """Circuit breakers' outcomes (made at start, with the store)."""
         self.store: WorkerStore | None = None
         self.worker_id: int | None = None
         self.started = asyncio.Event()
@@ -203,7 +207,8 @@ class Worker:
             on_idle=self.finalizer.flush,
         )
         # Concurrency slots and rate meters; plain jobs never reach the database here.
-        self.admission = Admission(store, self.policy, self.namespace)
+        self.breakers = Breakers(store, self.namespace)
+        self.admission = Admission(store, self.policy, self.namespace, breakers=self.breakers)
         config = ExecutorConfig(
             self.acta.handlers,
             self.policy,
@@ -413,6 +418,9 @@ class Worker:
         if self.killed:  # crash_at's point was the shutdown's last write: write nothing more
             await self._bury()
             return
+        if self.breakers is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.breakers.drain(), FLUSH_SECONDS)
         await self.heartbeat.stop()
         await self.lifeline.stop()
         await self.listener.stop()
@@ -516,6 +524,8 @@ class Worker:
 
     def _on_written(self, batch: Any, applied: set[int], seconds: float) -> None:
         metrics.record_batch(self.namespace, batch, applied, seconds)
+        if self.breakers is not None:
+            self.breakers.written(batch, applied)
         delays = [c.delay for c in batch if c.status == "ready" and c.job_id in applied]
         if delays:
             soonest = min(delays)
