@@ -1,4 +1,4 @@
-"""The supervisor: wires the stages, owns the start and stop order.
+"""The supervisor: wires the stages and owns the start order.
 
 Start: database (the embedded default is started and migrated on first use), worker row,
 definitions, schedules (``worker/startup.py``), LISTEN, then finalizer, executors,
