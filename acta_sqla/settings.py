@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigurationError
 
-SCHEMA_HEAD = "0014"
+SCHEMA_HEAD = "0015"
 """The newest revision in alembic/versions (a test checks it against Alembic's own view)."""
 SCHEMA_VERSION_TABLE = "alembic_version"
 

@@ -1,0 +1,107 @@
+"""a job's final attempt lives on its row; acta.attempt is the whole history
+
+Revision ID: 0015
+Revises: 0014
+Create Date: 2026-12-05
+
+Issue 30 (the database's cost per job).
+
+* ``job.outcome``, ``job.attempt_error``: the facts of an attempt that ENDS the job (a
+  charged attempt after which the job is succeeded, failed or cancelled) are written to
+  the job row by the completion's fenced update, which rewrites that row anyway, instead
+  of into a new ``execution`` row: ``outcome`` is the attempt's outcome, ``attempt_error``
+  its error (``{"type", "message", "traceback"}``, NULL when it raised none); its
+  execution id, number, worker, claim, start and end are the row's ``execution_id``,
+  ``attempts``, ``worker_id``, ``claimed_at``, ``started_at`` and ``finished_at``. An
+  ``execution`` row is written only for attempts that do not end the job (retries, waits,
+  losses, interruptions), and for an attempt the budget did not charge. Per drained job
+  that is one heap insert and one index entry fewer.
+* ``acta.attempt``: the view that is the ONE place to read every attempt of every job:
+  the ``execution`` rows, and each finished job's final attempt from its row. ``acta
+  jobs show`` and the dashboard read it (``queries/inspect.py``).
+* ``job_reopen_history``: a BEFORE UPDATE trigger for a finished job that leaves its
+  terminal state (an operator's retry, a hand-written UPDATE): its final attempt is
+  copied into ``execution`` first and the row's two columns cleared, so the next attempt
+  cannot overwrite it.
+
+Existing rows are carried over as they are: the final attempts of jobs finished before
+this migration already have their ``execution`` rows (their ``outcome`` stays NULL), and
+the view shows them once.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+from acta_sqla.migrate import target_schema
+from alembic import op
+
+revision: str = "0015"
+down_revision: str | Sequence[str] | None = "0014"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+TERMINAL = "('succeeded', 'failed', 'cancelled')"
+
+
+def attempt_view(s: str) -> str:
+    return f"""
+        CREATE VIEW {s}.attempt AS
+        SELECT e.job_id, e.id, e.attempt, e.worker_id, e.claimed_at, e.started_at,
+               e.finished_at, e.outcome, e.error_type, e.error_message, e.traceback
+        FROM {s}.execution AS e
+        UNION ALL
+        SELECT j.id, j.execution_id, j.attempts, j.worker_id, j.claimed_at, j.started_at,
+               j.finished_at, j.outcome, j.attempt_error->>'type',
+               j.attempt_error->>'message', j.attempt_error->>'traceback'
+        FROM {s}.job AS j
+        WHERE j.outcome IS NOT NULL"""
+
+
+def upgrade() -> None:
+    schema = target_schema()
+    s = f'"{schema}"'
+    op.add_column("job", sa.Column("outcome", sa.Text(), nullable=True), schema=schema)
+    op.add_column("job", sa.Column("attempt_error", JSONB(), nullable=True), schema=schema)
+    op.execute(attempt_view(s))
+    op.execute(f"""
+        CREATE FUNCTION {s}.job_reopen_history() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO {s}.execution (job_id, id, attempt, worker_id, claimed_at,
+                                       started_at, finished_at, outcome, error_type,
+                                       error_message, traceback)
+            VALUES (OLD.id, OLD.execution_id, OLD.attempts, OLD.worker_id, OLD.claimed_at,
+                    OLD.started_at, coalesce(OLD.finished_at, now()), OLD.outcome,
+                    OLD.attempt_error->>'type', OLD.attempt_error->>'message',
+                    OLD.attempt_error->>'traceback')
+            ON CONFLICT DO NOTHING;
+            NEW.outcome := NULL;
+            NEW.attempt_error := NULL;
+            RETURN NEW;
+        END $$""")
+    op.execute(f"""
+        CREATE TRIGGER job_reopen_history BEFORE UPDATE ON {s}.job
+        FOR EACH ROW
+        WHEN (OLD.outcome IS NOT NULL AND NEW.status NOT IN {TERMINAL})
+        EXECUTE FUNCTION {s}.job_reopen_history()""")
+
+
+def downgrade() -> None:
+    schema = target_schema()
+    s = f'"{schema}"'
+    # The final attempts kept on job rows go back to execution rows first.
+    op.execute(f"""
+        INSERT INTO {s}.execution (job_id, id, attempt, worker_id, claimed_at, started_at,
+                                   finished_at, outcome, error_type, error_message, traceback)
+        SELECT j.id, j.execution_id, j.attempts, j.worker_id, j.claimed_at, j.started_at,
+               coalesce(j.finished_at, now()), j.outcome, j.attempt_error->>'type',
+               j.attempt_error->>'message', j.attempt_error->>'traceback'
+        FROM {s}.job AS j WHERE j.outcome IS NOT NULL
+        ON CONFLICT DO NOTHING""")
+    op.execute(f"DROP TRIGGER IF EXISTS job_reopen_history ON {s}.job")
+    op.execute(f"DROP FUNCTION IF EXISTS {s}.job_reopen_history()")
+    op.execute(f"DROP VIEW IF EXISTS {s}.attempt")
+    op.drop_column("job", "attempt_error", schema=schema)
+    op.drop_column("job", "outcome", schema=schema)
