@@ -24,6 +24,14 @@ Issue 30 (the database's cost per job).
   copied into ``execution`` first and the row's two columns cleared, so the next attempt
   cannot overwrite it.
 
+* ``job`` gets ``fillfactor = 50``: inserts leave half of each heap page free, so the
+  claim's and the completion's new row versions (neither update is HOT: both change
+  ``status``, which the partial indexes' predicates read) fit on the old version's page.
+  An update that does not fit first writes a lock record for the old version and then the
+  whole new version to another page; one that fits writes neither the lock nor the
+  unchanged prefix and suffix of the row. Pages written before this migration keep their
+  fill until their rows are pruned (no table rewrite).
+
 Existing rows are carried over as they are: the final attempts of jobs finished before
 this migration already have their ``execution`` rows (their ``outcome`` stays NULL), and
 the view shows them once.
@@ -65,6 +73,7 @@ def upgrade() -> None:
     op.add_column("job", sa.Column("outcome", sa.Text(), nullable=True), schema=schema)
     op.add_column("job", sa.Column("attempt_error", JSONB(), nullable=True), schema=schema)
     op.execute(attempt_view(s))
+    op.execute(f"ALTER TABLE {s}.job SET (fillfactor = 50)")
     op.execute(f"""
         CREATE FUNCTION {s}.job_reopen_history() RETURNS trigger
         LANGUAGE plpgsql AS $$
@@ -103,5 +112,6 @@ def downgrade() -> None:
     op.execute(f"DROP TRIGGER IF EXISTS job_reopen_history ON {s}.job")
     op.execute(f"DROP FUNCTION IF EXISTS {s}.job_reopen_history()")
     op.execute(f"DROP VIEW IF EXISTS {s}.attempt")
+    op.execute(f"ALTER TABLE {s}.job RESET (fillfactor)")
     op.drop_column("job", "attempt_error", schema=schema)
     op.drop_column("job", "outcome", schema=schema)

@@ -1779,7 +1779,8 @@ CREATE TABLE acta.job (
 	attempt_error JSONB,
 	CONSTRAINT job_pkey PRIMARY KEY (id),
 	CONSTRAINT job_status_check CHECK (status IN ('ready', 'executing', 'waiting', 'succeeded', 'failed', 'cancelled'))
-);
+)
+ WITH (fillfactor = 50);
 
 -- ddl.index.job_children_wait_idx
 CREATE INDEX job_children_wait_idx ON acta.job (namespace, id) WHERE status = 'waiting' AND pending_children > 0;
