@@ -19,10 +19,21 @@ Issue 30 (the database's cost per job).
 * ``acta.attempt``: the view that is the ONE place to read every attempt of every job:
   the ``execution`` rows, and each finished job's final attempt from its row. ``acta
   jobs show`` and the dashboard read it (``queries/inspect.py``).
-* ``job_reopen_history``: a BEFORE UPDATE trigger for a finished job that leaves its
+* ``job_reopen_history``: an AFTER UPDATE trigger for a finished job that leaves its
   terminal state (an operator's retry, a hand-written UPDATE): its final attempt is
-  copied into ``execution`` first and the row's two columns cleared, so the next attempt
-  cannot overwrite it.
+  copied into ``execution`` and the row's two columns cleared, before any later statement
+  can claim the job and overwrite the attempt's columns.
+* No BEFORE UPDATE row trigger on ``job`` any more. PostgreSQL locks every row an UPDATE
+  changes on a table that has one (before it even tests the trigger's WHEN clause), and
+  logs that lock: a WAL record per row the completion updates, for a trigger that serves
+  an operator's retry of a laned job. ``job_lane_enter_retry`` (0006, BEFORE UPDATE: a
+  laned job retried into a busy lane waits) becomes ``job_lane_reenter``, an AFTER UPDATE
+  trigger that moves such a job from ``ready`` to ``waiting`` under the lane's lock. It
+  counts the lane's heads only (ready, executing, or waiting for a signal or children),
+  not the jobs queued behind one: the AFTER triggers of one statement run once all its
+  rows are updated, so jobs retried together see each other, and the last of them to
+  decide finds the others queued and heads the lane (a lane whose queued jobs have no
+  head is given one instead of gaining one more queued job).
 
 * ``job`` gets ``fillfactor = 50``: inserts leave half of each heap page free, so the
   claim's and the completion's new row versions (neither update is HOT: both change
@@ -51,6 +62,10 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TERMINAL = "('succeeded', 'failed', 'cancelled')"
+LANE_LOCK = (
+    "pg_advisory_xact_lock(hashtextextended('acta.lane' || chr(31) || NEW.namespace"
+    " || chr(31) || NEW.lane_key, 0))"
+)
 
 
 def attempt_view(s: str) -> str:
@@ -86,15 +101,37 @@ def upgrade() -> None:
                     OLD.attempt_error->>'type', OLD.attempt_error->>'message',
                     OLD.attempt_error->>'traceback')
             ON CONFLICT DO NOTHING;
-            NEW.outcome := NULL;
-            NEW.attempt_error := NULL;
-            RETURN NEW;
+            UPDATE {s}.job SET outcome = NULL, attempt_error = NULL WHERE id = OLD.id;
+            RETURN NULL;
         END $$""")
     op.execute(f"""
-        CREATE TRIGGER job_reopen_history BEFORE UPDATE ON {s}.job
+        CREATE TRIGGER job_reopen_history AFTER UPDATE ON {s}.job
         FOR EACH ROW
-        WHEN (OLD.outcome IS NOT NULL AND NEW.status NOT IN {TERMINAL})
+        WHEN (OLD.outcome IS NOT NULL AND OLD.status IN {TERMINAL}
+              AND NEW.status NOT IN {TERMINAL})
         EXECUTE FUNCTION {s}.job_reopen_history()""")
+    op.execute(f"DROP TRIGGER job_lane_enter_retry ON {s}.job")
+    op.execute(f"""
+        CREATE FUNCTION {s}.job_lane_reenter() RETURNS trigger LANGUAGE plpgsql
+        SET enable_seqscan = off AS $$
+        BEGIN
+            PERFORM {LANE_LOCK};
+            IF EXISTS (
+                SELECT 1 FROM {s}.job AS j
+                WHERE j.namespace = NEW.namespace AND j.lane_key = NEW.lane_key
+                  AND j.status IN ('ready', 'executing', 'waiting') AND j.id <> NEW.id
+                  AND (j.status <> 'waiting' OR j.awaited_signal IS NOT NULL
+                       OR j.pending_children > 0)
+            ) THEN
+                UPDATE {s}.job SET status = 'waiting' WHERE id = NEW.id AND status = 'ready';
+            END IF;
+            RETURN NULL;
+        END $$""")
+    op.execute(f"""
+        CREATE TRIGGER job_lane_reenter AFTER UPDATE OF status ON {s}.job
+        FOR EACH ROW WHEN (NEW.lane_key IS NOT NULL AND NEW.status = 'ready'
+                           AND OLD.status IN {TERMINAL})
+        EXECUTE FUNCTION {s}.job_lane_reenter()""")
 
 
 def downgrade() -> None:
@@ -109,6 +146,13 @@ def downgrade() -> None:
                j.attempt_error->>'message', j.attempt_error->>'traceback'
         FROM {s}.job AS j WHERE j.outcome IS NOT NULL
         ON CONFLICT DO NOTHING""")
+    op.execute(f"DROP TRIGGER IF EXISTS job_lane_reenter ON {s}.job")
+    op.execute(f"DROP FUNCTION IF EXISTS {s}.job_lane_reenter()")
+    op.execute(f"""
+        CREATE TRIGGER job_lane_enter_retry BEFORE UPDATE OF status ON {s}.job
+        FOR EACH ROW WHEN (NEW.lane_key IS NOT NULL AND NEW.status = 'ready'
+                           AND OLD.status IN {TERMINAL})
+        EXECUTE FUNCTION {s}.job_lane_enter()""")
     op.execute(f"DROP TRIGGER IF EXISTS job_reopen_history ON {s}.job")
     op.execute(f"DROP FUNCTION IF EXISTS {s}.job_reopen_history()")
     op.execute(f"DROP VIEW IF EXISTS {s}.attempt")
