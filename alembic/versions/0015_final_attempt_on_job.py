@@ -67,6 +67,130 @@ LANE_LOCK = (
     " || chr(31) || NEW.lane_key, 0))"
 )
 
+# The terminal-effects trigger's WHEN: 0007's, and this revision's, which no longer calls
+# the row function for a child's own terminal transition (the statement trigger counts it).
+WHEN_0007 = f"""(OLD.status IS DISTINCT FROM NEW.status AND (
+                 ((OLD.concurrency_key IS NOT NULL OR OLD.lane_key IS NOT NULL)
+                  AND (OLD.status = 'executing' OR NEW.status IN {TERMINAL}))
+                 OR (OLD.parent_id IS NOT NULL
+                     AND (NEW.status IN {TERMINAL} OR OLD.status IN {TERMINAL}))
+                 OR (OLD.pending_children > 0 AND NEW.status = 'cancelled')))"""
+WHEN_0015 = f"""(OLD.status IS DISTINCT FROM NEW.status AND (
+                 ((OLD.concurrency_key IS NOT NULL OR OLD.lane_key IS NOT NULL)
+                  AND (OLD.status = 'executing' OR NEW.status IN {TERMINAL}))
+                 OR (OLD.parent_id IS NOT NULL AND OLD.status IN {TERMINAL})
+                 OR (OLD.pending_children > 0 AND NEW.status = 'cancelled')))"""
+OLD_LANE_LOCK = LANE_LOCK.replace("NEW.", "OLD.")
+
+
+def terminal_effects(s: str, children_by_statement: bool) -> str:
+    """The row function of 0012; with ``children_by_statement`` without the child's
+    decrement of its waiting parent, which ``job_children_done`` does per statement."""
+    this_wait = " AND (OLD.parent_execution_id IS NULL OR execution_id = OLD.parent_execution_id)"
+    decrement = (
+        ""
+        if children_by_statement
+        else f"""
+                IF NEW.status IN {TERMINAL} AND OLD.status NOT IN {TERMINAL} THEN
+                    -- One child fewer; the last one makes the parent ready.
+                    UPDATE {s}.job SET
+                        pending_children = pending_children - 1,
+                        status = CASE WHEN pending_children = 1 THEN 'ready' ELSE status END,
+                        run_at = CASE WHEN pending_children = 1 THEN now() ELSE run_at END,
+                        resumed = CASE WHEN pending_children = 1 THEN 'children'
+                                       ELSE resumed END
+                    WHERE id = OLD.parent_id AND status = 'waiting'
+                      AND pending_children > 0{this_wait};
+                ELS"""
+    )
+    # 0012's branch ends "ELSIF" into the retry's; alone, the retry's branch is an "IF".
+    retried = (decrement or "\n" + " " * 16) + "IF"
+    return f"""
+        CREATE OR REPLACE FUNCTION {s}.job_terminal_effects() RETURNS trigger
+        LANGUAGE plpgsql SET enable_seqscan = off AS $$
+        BEGIN
+            IF OLD.concurrency_key IS NOT NULL THEN
+                DELETE FROM {s}.concurrency_slot
+                WHERE namespace = OLD.namespace AND key = OLD.concurrency_key
+                  AND job_id = OLD.id AND execution_id = OLD.execution_id;
+            END IF;
+            IF OLD.lane_key IS NOT NULL
+               AND (OLD.status <> 'waiting' OR OLD.awaited_signal IS NOT NULL
+                    OR OLD.pending_children > 0)
+               AND NEW.status IN {TERMINAL} THEN
+                PERFORM {OLD_LANE_LOCK};
+                UPDATE {s}.job SET status = 'ready', run_at = greatest(run_at, now())
+                WHERE id = (
+                    SELECT j.id FROM {s}.job AS j
+                    WHERE j.namespace = OLD.namespace AND j.lane_key = OLD.lane_key
+                      AND j.status = 'waiting' AND j.id <> OLD.id
+                    ORDER BY j.id LIMIT 1
+                );
+            END IF;
+            IF OLD.parent_id IS NOT NULL THEN{retried} OLD.status IN {TERMINAL}
+                   AND NEW.status NOT IN {TERMINAL} THEN
+                    -- An operator's retry of a finished child: pending again.
+                    UPDATE {s}.job SET pending_children = pending_children + 1
+                    WHERE id = OLD.parent_id AND status = 'waiting'
+                      AND pending_children > 0{this_wait};
+                END IF;
+            END IF;
+            IF OLD.pending_children > 0 AND NEW.status = 'cancelled' THEN
+                UPDATE {s}.job SET status = 'cancelled', cancel_requested = true,
+                                   finished_at = now()
+                WHERE parent_id = OLD.id AND status IN ('ready', 'waiting');
+                UPDATE {s}.job SET cancel_requested = true
+                WHERE parent_id = OLD.id AND status = 'executing';
+            END IF;
+            RETURN NULL;
+        END $$"""
+
+
+def terminal_effects_trigger(s: str, when: str) -> list[str]:
+    return [
+        f"DROP TRIGGER job_terminal_effects ON {s}.job",
+        f"""CREATE TRIGGER job_terminal_effects AFTER UPDATE OF status ON {s}.job
+        FOR EACH ROW WHEN {when}
+        EXECUTE FUNCTION {s}.job_terminal_effects()""",
+    ]
+
+
+def children_done(s: str) -> str:
+    """Once per UPDATE statement: the children that statement ended, counted per parent
+    and per wait, taken off each waiting parent's count in ONE update of the parent (the
+    last ones make it ready), where the row trigger updated the parent once per child."""
+    return f"""
+        CREATE FUNCTION {s}.job_children_done() RETURNS trigger
+        LANGUAGE plpgsql SET enable_seqscan = off AS $$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM ended WHERE parent_id IS NOT NULL
+                                                AND status IN {TERMINAL}) THEN
+                RETURN NULL;
+            END IF;
+            UPDATE {s}.job AS p SET
+                pending_children = p.pending_children - least(d.n, p.pending_children),
+                status = CASE WHEN p.pending_children <= d.n THEN 'ready' ELSE p.status END,
+                run_at = CASE WHEN p.pending_children <= d.n THEN now() ELSE p.run_at END,
+                resumed = CASE WHEN p.pending_children <= d.n THEN 'children'
+                               ELSE p.resumed END
+            FROM (
+                -- Each child counts toward the wait that spawned it only (0012): the
+                -- parent's attempt now, read here and checked again on the locked row.
+                SELECT w.id, w.execution_id, count(*) AS n
+                FROM ended AS n
+                JOIN before AS o ON o.id = n.id
+                JOIN {s}.job AS w ON w.id = n.parent_id
+                WHERE n.parent_id IS NOT NULL
+                  AND n.status IN {TERMINAL} AND o.status NOT IN {TERMINAL}
+                  AND (n.parent_execution_id IS NULL
+                       OR n.parent_execution_id = w.execution_id)
+                GROUP BY w.id, w.execution_id
+            ) AS d
+            WHERE p.id = d.id AND p.status = 'waiting' AND p.pending_children > 0
+              AND p.execution_id IS NOT DISTINCT FROM d.execution_id;
+            RETURN NULL;
+        END $$"""
+
 
 def attempt_view(s: str) -> str:
     return f"""
@@ -132,6 +256,14 @@ def upgrade() -> None:
         FOR EACH ROW WHEN (NEW.lane_key IS NOT NULL AND NEW.status = 'ready'
                            AND OLD.status IN {TERMINAL})
         EXECUTE FUNCTION {s}.job_lane_reenter()""")
+    op.execute(terminal_effects(s, children_by_statement=True))
+    for statement in terminal_effects_trigger(s, WHEN_0015):
+        op.execute(statement)
+    op.execute(children_done(s))
+    op.execute(f"""
+        CREATE TRIGGER job_children_done AFTER UPDATE ON {s}.job
+        REFERENCING OLD TABLE AS before NEW TABLE AS ended
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.job_children_done()""")
 
 
 def downgrade() -> None:
@@ -146,6 +278,11 @@ def downgrade() -> None:
                j.attempt_error->>'message', j.attempt_error->>'traceback'
         FROM {s}.job AS j WHERE j.outcome IS NOT NULL
         ON CONFLICT DO NOTHING""")
+    op.execute(f"DROP TRIGGER IF EXISTS job_children_done ON {s}.job")
+    op.execute(f"DROP FUNCTION IF EXISTS {s}.job_children_done()")
+    op.execute(terminal_effects(s, children_by_statement=False))
+    for statement in terminal_effects_trigger(s, WHEN_0007):
+        op.execute(statement)
     op.execute(f"DROP TRIGGER IF EXISTS job_lane_reenter ON {s}.job")
     op.execute(f"DROP FUNCTION IF EXISTS {s}.job_lane_reenter()")
     op.execute(f"""
