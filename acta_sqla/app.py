@@ -8,7 +8,7 @@ Acta's enqueue/cancel/retry methods check the kinds against the registry and del
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from . import session as _session
 from .errors import ConfigurationError, InvalidJob, UnknownJobKind
@@ -16,7 +16,7 @@ from .handler import Handler as Handler  # re-exported: the worker imports it fr
 from .handler import JobBatch as JobBatch
 from .handler import Rows
 from .policy import JOB_OPTIONS as JOB_OPTIONS
-from .policy import Policy
+from .policy import Policy, Refused, check_key, shown
 from .session import CancelOutcome as CancelOutcome
 from .session import EnqueueResult as EnqueueResult
 from .settings import NAMESPACE_PATTERN, NAMESPACE_RULE
@@ -25,8 +25,12 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
+    from .context import Context
     from .models import Job
     from .schedules import Schedule
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Acta:
@@ -47,14 +51,27 @@ class Acta:
     def __repr__(self) -> str:
         return f"<Acta namespace={self.namespace!r} kinds={sorted(self.handlers)}>"
 
+    @overload
+    def job(self, fn: Callable[Concatenate[Context, P], R], /) -> Handler[P, R]: ...
+
+    @overload
+    def job(
+        self, fn: None = None, /, *, kind: str | None = None, **policy: Any
+    ) -> Callable[[Callable[Concatenate[Context, P], R]], Handler[P, R]]: ...
+
     def job(
         self,
         fn: Callable[..., Any] | None = None,
+        /,
         *,
         kind: str | None = None,
         **policy: Any,
     ) -> Any:
         """Register a handler: ``@acta.job`` or ``@acta.job(max_attempts=5, timeout=60)``.
+
+        Typed: the ``Handler[P, R]`` it returns carries the function's parameters after
+        its ``Context`` (``P``) and its return type (``R``), so a type checker checks the
+        args of ``handler.job(...)`` (docs/typing.md).
 
         Policy options (checked here, at declaration; see ``policy.POLICY_CHECKS``):
         max_attempts, timeout (seconds), priority, backoff_base, backoff_max,
@@ -69,6 +86,10 @@ class Acta:
 
         def register(func: Callable[..., Any]) -> Handler[Any, Any]:
             name = kind or func.__name__
+            try:
+                check_key(name)
+            except Refused as why:
+                raise ConfigurationError(f"handler kind={shown(name)} {why}") from None
             try:
                 resolved = Policy(**policy)
             except ConfigurationError as exc:  # name the kind: which decorator is wrong
@@ -116,8 +137,15 @@ class Acta:
         return declared
 
     def _check_kind(self, job: Job) -> None:
-        if job.namespace is None:
-            job.namespace = self.namespace
+        # A job's namespace is decided when it is built (``Job.__init__``), the same on
+        # every path; a job of another namespace is refused, as a JobBatch is (_rows).
+        if job.namespace != self.namespace and not self.allow_unknown_kinds:
+            raise InvalidJob(
+                f"{job.kind}: this job is for namespace {job.namespace!r} (a Job built "
+                f"without namespace= is in 'default'), this Acta is for {self.namespace!r}; "
+                f"build it with the handler's .job(...) or Job(..., "
+                f"namespace={self.namespace!r})"
+            )
         handler = self.handlers.get(job.kind)
         if handler is None:
             if self.allow_unknown_kinds:
@@ -171,15 +199,27 @@ class Acta:
         """``enqueue_many`` for a synchronous ``Session``."""
         return _session.enqueue_many(session, self._rows(jobs))
 
-    async def cancel(self, session: AsyncSession, job_id: int) -> CancelOutcome:
+    async def cancel(
+        self,
+        session: AsyncSession,
+        job_id: int,
+        *,
+        reason: str | None = None,
+        by: str | None = "api",
+    ) -> CancelOutcome:
         """Cancel a job in the session's transaction: a ready or waiting job ends
         ``cancelled`` at once ("cancelled"); an executing one is asked to stop, and its
         worker's next heartbeat cancels the handler ("requested"). "finished" means it had
-        already ended, "missing" that no such job exists."""
-        return await session.run_sync(lambda s: _session.cancel(s, job_id))
+        already ended, "missing" that no such job exists. Who cancelled it (``by``, at most
+        200 characters) and why (``reason``, at most 1,000) are stored with the job and
+        shown by the dashboard and ``acta jobs show`` (``ValueError`` for other text)."""
+        return await session.run_sync(lambda s: _session.cancel(s, job_id, reason=reason, by=by))
 
-    def cancel_sync(self, session: Session, job_id: int) -> CancelOutcome:
-        return _session.cancel(session, job_id)
+    def cancel_sync(
+        self, session: Session, job_id: int, *, reason: str | None = None, by: str | None = "api"
+    ) -> CancelOutcome:
+        """``cancel`` for a synchronous ``Session``."""
+        return _session.cancel(session, job_id, reason=reason, by=by)
 
     async def retry(self, session: AsyncSession, job_id: int) -> bool:
         """Send a finished job (succeeded, failed or cancelled) back to ``ready`` now with a

@@ -39,6 +39,10 @@ class Context:
     children: tuple[Any, ...] = ()
     """The children of this job's waits, in spawn order (``acta_sqla.waits.Child``: ``id``,
     ``kind``, ``status``, ``result``, ``error``); empty for a job that spawned none."""
+    trace_id: str | None = None
+    """The job's trace id (32 hex digits) from the trace context stored at enqueue; None
+    when it has none, or when the worker did not read it (it does with an OpenTelemetry
+    SDK configured)."""
     signals_json: str | None = field(default=None, repr=False)
     _signals: dict[str, Any] | None = field(default=None, repr=False)
     _log: Any = field(default=None, repr=False)
@@ -81,15 +85,26 @@ class Context:
         worker serving it), renewed with this attempt's lease, released when the block
         ends. Waits up to ``wait`` seconds for a holder to let go, then raises
         ``LockUnavailable`` (which, uncaught, retries the job after a second)."""
+        from . import durations
+
+        seconds = durations.seconds(wait)
+        if seconds is None:
+            from .policy import shown
+
+            raise ValueError(f"ctx.lock({name!r}, wait={shown(wait)}): wait {durations.rule()}")
         if self._locker is None:
             raise RuntimeError("ctx.lock() is only available inside a worker")
-        return self._locker.hold(name, wait)
+        return self._locker.hold(name, seconds)
 
     @property
     def log(self) -> Any:
-        """A loguru logger bound to this job (``job_id``, ``kind``, ``attempt``)."""
+        """A loguru logger bound to this job (``job_id``, ``kind``, ``attempt`` and, when
+        known, ``trace_id``): the ``acta`` CLI's format prints them, and
+        ``acta_sqla.logging.to_stdlib()`` hands them to the standard library's records."""
         if self._log is None:
-            self._log = logger.bind(
-                job_id=self.job_id, kind=self.kind, attempt=self.attempt, stage="handler"
-            )
+            bound: dict[str, Any] = {"job_id": self.job_id, "kind": self.kind}
+            bound["attempt"] = self.attempt
+            if self.trace_id is not None:
+                bound["trace_id"] = self.trace_id
+            self._log = logger.bind(**bound, stage="handler")
         return self._log

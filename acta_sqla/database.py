@@ -140,26 +140,35 @@ _KEY_DETAIL = re.compile(
 )
 
 
-def _db_error_fields(exc: BaseException | None) -> tuple[str | None, str | None]:
-    """(constraint name, detail) of a driver error, for asyncpg and psycopg alike."""
+_UNIQUE_VIOLATION = "23505"
+
+
+def _db_error_fields(exc: BaseException | None) -> tuple[str | None, str | None, str | None]:
+    """(SQLSTATE, constraint name, detail) of a driver error, for asyncpg and psycopg
+    alike."""
     seen = 0
     while exc is not None and seen < 5:
         seen += 1
+        sqlstate = getattr(exc, "sqlstate", None)
         constraint = getattr(exc, "constraint_name", None)
         detail = getattr(exc, "detail", None)
         diag = getattr(exc, "diag", None)
         if diag is not None:
+            sqlstate = sqlstate or getattr(diag, "sqlstate", None)
             constraint = constraint or getattr(diag, "constraint_name", None)
             detail = detail or getattr(diag, "message_detail", None)
         if constraint:
-            return constraint, detail
+            return sqlstate, constraint, detail
         exc = exc.__cause__ or getattr(exc, "orig", None)
-    return None, None
+    return None, None, None
 
 
 def _translate_error(context: ExceptionContext) -> BaseException | None:
-    constraint, detail = _db_error_fields(context.original_exception)
-    if constraint != _UNIQUE_INDEX:
+    sqlstate, constraint, detail = _db_error_fields(context.original_exception)
+    # Only a unique violation of the unique-key index is a duplicate: an entry too large
+    # for that index (54000) names the same constraint, and was reported as a DuplicateJob
+    # of key '?' (keys are bounded before the database now: policy.MAX_KEY_BYTES).
+    if sqlstate != _UNIQUE_VIOLATION or constraint != _UNIQUE_INDEX:
         return None
     match = _KEY_DETAIL.search(detail or "")
     if match is None:

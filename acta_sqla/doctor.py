@@ -261,10 +261,14 @@ async def examine(
     schema: str,
     timings: Timings,
     thresholds: Thresholds | None = None,
+    namespace_given: bool = True,
 ) -> Report:
     """Examine acta's tables in ``schema``, namespace ``namespace``, and the server around
     them. ``timings`` (the settings' lease clock) says when an expired lease or a silent
-    worker is overdue. Read-only: the transaction is rolled back."""
+    worker is overdue (the namespace's workers' own registered beat wins when there is
+    one). ``namespace_given=False``: the namespace is the default, not one the caller
+    named, so its being unknown is said as info rather than a problem. Read-only: the
+    transaction is rolled back."""
     from sqlalchemy import text
 
     t = thresholds or Thresholds()
@@ -337,9 +341,33 @@ async def examine(
         ]
         findings += judge_holders(holders, t)
 
-        if revision == SCHEMA_HEAD:
+        known = known_revisions()
+        readable = {check: readable_at(check, revision, known) for check in CHECK_NEEDS}
+        for check, why in readable.items():
+            if why is not None:
+                skipped.append(Skipped(check, why))
+        workers: Any = None
+        if readable["dead_workers"] is None:
+            workers = (
+                await rows(
+                    q.namespace_workers(schema),
+                    namespace=namespace,
+                    dead_beats=float(WORKER_DEAD_BEATS),
+                )
+            )[0]
+        # The namespace's recovery and wake-ups run at its workers' registered beat, not at
+        # this process's ACTA_HEARTBEAT_INTERVAL: the longest beat of a live worker, else
+        # the beat of the worker heard from last, else (no worker ever) the settings'.
+        beat = None if workers is None else (workers.live_beat or workers.last_beat)
+        clock = Timings.from_heartbeat(beat) if beat else timings
+        live = None if workers is None else int(workers.live)
+        if readable["unknown_namespace"] is None:
+            names = [r[0] for r in await rows(q.known_namespaces(schema))]
+            findings += judge_namespace(namespace, names, namespace_given)
+        if readable["expired_leases"] is None:
             lease = (await rows(q.expired_leases(schema), namespace=namespace))[0]
-            findings += judge_leases(namespace, lease.rows, lease.oldest_seconds, timings)
+            findings += judge_leases(namespace, lease.rows, lease.oldest_seconds, clock)
+        if readable["dead_workers"] is None:
             silent = [
                 dict(r._mapping)
                 for r in await rows(
@@ -357,15 +385,15 @@ async def examine(
                 )
             ]
             findings += judge_workers(namespace, silent, dead, t)
+        if readable["waiting_timeout"] is None:
             late = (await rows(q.late_waits(schema), namespace=namespace))[0]
-            findings += judge_waits(namespace, late.rows, late.oldest_seconds, timings)
-        else:
-            reason = "acta's tables are not at this package's head revision"
-            skipped += [
-                Skipped("expired_leases", reason),
-                Skipped("dead_workers", reason),
-                Skipped("waiting_timeout", reason),
-            ]
+            findings += judge_waits(namespace, late.rows, late.oldest_seconds, clock)
+        if readable["ready_backlog"] is None and live == 0:
+            due = (await rows(q.ready_backlog(schema), namespace=namespace))[0]
+            findings += judge_backlog(namespace, due.rows, due.oldest_seconds, clock)
+        if readable["schedule_no_tick"] is None:
+            stored = await rows(q.stored_schedules(schema), namespace=namespace)
+            findings += judge_schedules(namespace, [r._mapping for r in stored], server.now)
     finally:
         await db.rollback()
 
@@ -381,6 +409,33 @@ async def examine(
         tables=tables,
         server=server,
     )
+
+
+CHECK_NEEDS: dict[str, tuple[str, str]] = {
+    "unknown_namespace": ("0001", "the namespace, worker and definition tables"),
+    "expired_leases": ("0001", "job.lease_expires_at and job_lease_idx"),
+    "dead_workers": ("0001", "the worker table's beats"),
+    "waiting_timeout": ("0007", "job_wait_deadline_idx, without which it would scan acta.job"),
+    "ready_backlog": ("0001", "job_due_idx and the worker table"),
+    "schedule_no_tick": ("0008", "the schedule table's missed policies as this package reads them"),
+}
+"""The checks that read acta's own tables: the revision each needs (the latest migration
+that changed what it reads: columns, tables, or the index that keeps it cheap), and what.
+A database behind this package's head skips only those whose revision it lacks."""
+
+
+def readable_at(check: str, revision: str | None, known: Sequence[str]) -> str | None:
+    """Why ``check`` cannot run on tables at ``revision`` (``known``: this package's
+    revisions, newest first), or None when it can."""
+    needs, what = CHECK_NEEDS[check]
+    if revision is None:
+        return "acta's tables are not migrated"
+    if revision not in known:
+        return f"acta's tables are at revision {revision}, which this package does not know"
+    order = list(reversed(known))
+    if order.index(revision) < order.index(needs):
+        return f"needs revision {needs} ({what}); acta's tables are at {revision}"
+    return None
 
 
 def known_revisions() -> tuple[str, ...]:
@@ -659,6 +714,54 @@ def judge_holders(holders: Sequence[Holder], t: Thresholds) -> list[Finding]:
     return out
 
 
+def judge_namespace(namespace: str, known: Sequence[str], given: bool = True) -> list[Finding]:
+    """A namespace nothing in the database names (no job, no worker, no definition) while
+    others exist: a mistyped --namespace (a monitoring check that examines nothing) is a
+    problem; the default namespace, not named by the caller, is info (the database's
+    namespaces are others)."""
+    if namespace in known or not known:
+        return []  # nothing anywhere: a fresh database, not a mistake
+    shown = ", ".join(repr(n) for n in known[:10]) + (", ..." if len(known) > 10 else "")
+    return [
+        Finding(
+            "unknown_namespace",
+            Severity.PROBLEM if given else Severity.INFO,
+            f"namespace {namespace!r}",
+            f"namespace {namespace!r} has no jobs, no workers and no definitions; known: {shown}",
+            "check the --namespace (or ACTA_NAMESPACE) this doctor runs with: a mistyped "
+            "one examines nothing"
+            if given
+            else "pass --namespace (or set ACTA_NAMESPACE) to examine one of those",
+            {"known": list(known)},
+        )
+    ]
+
+
+def judge_backlog(
+    namespace: str, rows: int, oldest_seconds: float | None, timings: Timings
+) -> list[Finding]:
+    """Jobs ready and due in a namespace with no live worker (only asked then): nobody
+    claims them. Within two beats of the oldest's due time a worker may be restarting (a
+    deploy): a warning; after, a problem."""
+    if not rows or oldest_seconds is None:
+        return []
+    grace = 2 * timings.heartbeat
+    late = oldest_seconds > grace
+    count = f"{rows}+" if rows >= q.FINDINGS_CAP else str(rows)
+    return [
+        Finding(
+            "ready_backlog",
+            Severity.PROBLEM if late else Severity.WARNING,
+            f"namespace {namespace!r}",
+            f"{count} jobs ready and due (the oldest for {_seconds(oldest_seconds)}) and no "
+            "live worker in the namespace",
+            f"start an `acta worker` for namespace {namespace!r} (with --app naming the "
+            "module that registers its handlers)",
+            {"rows": rows, "oldest_seconds": oldest_seconds, "problem_after": grace},
+        )
+    ]
+
+
 def judge_leases(
     namespace: str, rows: int, oldest_seconds: float | None, timings: Timings
 ) -> list[Finding]:
@@ -708,6 +811,33 @@ def judge_waits(
             {"rows": rows, "oldest_seconds": oldest_seconds, "overdue_after": overdue},
         )
     ]
+
+
+def judge_schedules(
+    namespace: str, schedules: Sequence[Mapping[str, Any]], now: datetime
+) -> list[Finding]:
+    """Stored schedules whose next tick cannot be computed (a cron that never matches, such
+    as Feb 30, or a definition this version cannot read, left by another version of the
+    code): each never fires, while every other schedule does."""
+    from .schedules import tick_problem
+
+    out: list[Finding] = []
+    for sc in schedules:
+        problem = tick_problem(sc["name"], sc["cron"], sc["timezone"], sc["missed"], now)
+        if problem is None:
+            continue
+        out.append(
+            Finding(
+                "schedule_no_tick",
+                Severity.PROBLEM,
+                f"schedule {sc['name']!r}",
+                f"schedule {sc['name']!r} in namespace {namespace!r} never fires: {problem}",
+                "fix its cron where the code declares it (`acta.schedule(...)`) and start a "
+                "worker of that code, which stores it again; or remove it from the code",
+                dict(sc),
+            )
+        )
+    return out
 
 
 def judge_workers(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime, timedelta
 
 
@@ -165,6 +164,10 @@ class Retry(HandlerError):
     """
 
     def __init__(self, after: float | timedelta | datetime = 0.0, reason: str = "") -> None:
+        from .durations import MAX_TEXT, SPAN_TEXT, due_in_range
+        from .durations import seconds as bounded
+        from .policy import shown
+
         self.at: datetime | None = None
         if isinstance(after, datetime):
             if after.tzinfo is None or after.utcoffset() is None:
@@ -172,21 +175,26 @@ class Retry(HandlerError):
                     f"Retry(after={after!r}): the datetime has no timezone; give an aware one, "
                     "e.g. datetime.now(UTC) + timedelta(minutes=5)"
                 )
+            if not due_in_range(after):
+                raise ValueError(
+                    f"Retry(after={after!r}): the datetime must be within {SPAN_TEXT} of now"
+                )
             self.at = after
             seconds = max(0.0, (after - datetime.now(UTC)).total_seconds())
             said = f"retry requested at {after.isoformat()}"
         else:
-            if isinstance(after, timedelta):
-                seconds = after.total_seconds()
-            elif isinstance(after, int | float) and not isinstance(after, bool):
-                seconds = float(after)
-            else:
+            if isinstance(after, bool) or not isinstance(after, int | float | timedelta):
                 raise TypeError(
                     f"Retry(after={after!r}): after must be seconds, a timedelta or a "
                     "timezone-aware datetime"
                 )
-            if not math.isfinite(seconds) or seconds < 0:
-                raise ValueError(f"Retry(after={after!r}): after must be >= 0 seconds")
+            checked = bounded(after)
+            if checked is None:
+                raise ValueError(
+                    f"Retry(after={shown(after)}): after must be seconds (or a timedelta), "
+                    f"finite, >= 0 and {MAX_TEXT}"
+                )
+            seconds = checked
             said = f"retry requested after {seconds:g}s"
         self.after = seconds
         self.reason = reason

@@ -14,8 +14,8 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
@@ -26,6 +26,7 @@ from .settings import MAX_ARGS_BYTES
 from .tracing import current_context
 
 if TYPE_CHECKING:
+    from .context import Context
     from .models import Job
 
 
@@ -37,7 +38,7 @@ class Registrar(Protocol):
 
 
 P = ParamSpec("P")
-R = TypeVar("R")
+R = TypeVar("R", covariant=True)
 
 Rows = dict[str, list[Any]]
 """Jobs as one list per column (the fields of ``queries.session.BULK_FIELDS``, and ``args``
@@ -107,9 +108,15 @@ def _args_model(fn: Callable[..., Any], kind: str) -> tuple[type[BaseModel], tup
 
 
 class Handler(Generic[P, R]):
-    """A registered job handler. Call ``.job(**args)`` to get a ``Job`` to ``session.add``."""
+    """A registered job handler. Call ``.job(**args)`` to get a ``Job`` to ``session.add``.
 
-    def __init__(self, acta: Registrar, fn: Callable[..., Any], kind: str, policy: Policy) -> None:
+    ``P`` is the function's parameters after its ``Context`` and ``R`` its return type
+    (for an ``async def``, the coroutine), as ``@acta.job`` infers them: a type checker
+    checks the args of ``.job(...)`` and of a direct call."""
+
+    def __init__(
+        self, acta: Registrar, fn: Callable[Concatenate[Context, P], R], kind: str, policy: Policy
+    ) -> None:
         self.acta = acta
         self.fn = fn
         self.kind = kind
@@ -127,9 +134,9 @@ class Handler(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Handler {self.kind!r}>"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, ctx: Context, /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the function directly (as in a unit test), bypassing the queue."""
-        return self.fn(*args, **kwargs)
+        return self.fn(ctx, *args, **kwargs)
 
     def _dump(self, model: BaseModel, raw: Any, where: str) -> dict[str, Any]:
         """A validated model's args as JSON values; a value pydantic validated but cannot
@@ -169,12 +176,120 @@ class Handler(Generic[P, R]):
             loaded.update(extra)
         return loaded
 
-    def job(self, **kwargs: Any) -> Job:
+    # The type of ``job``: with no per-job option, exactly the handler's parameters (``P``:
+    # a missing, unknown or mistyped argument is a type error). PEP 612 cannot add keyword
+    # parameters to a ParamSpec, so a call that gives an option matches one of the
+    # overloads below instead (the options typed, the args checked at run time only).
+    @overload
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> Job: ...
+
+    @overload
+    def job(
+        self,
+        *,
+        delay: float | timedelta | None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        lane: str | None = None,
+        concurrency_key: str | None = None,
+        **args: Any,
+    ) -> Job: ...
+
+    @overload
+    def job(
+        self,
+        *,
+        run_at: datetime | None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        lane: str | None = None,
+        concurrency_key: str | None = None,
+        **args: Any,
+    ) -> Job: ...
+
+    @overload
+    def job(
+        self,
+        *,
+        priority: int | None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        lane: str | None = None,
+        concurrency_key: str | None = None,
+        **args: Any,
+    ) -> Job: ...
+
+    @overload
+    def job(
+        self,
+        *,
+        max_attempts: int | None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        lane: str | None = None,
+        concurrency_key: str | None = None,
+        **args: Any,
+    ) -> Job: ...
+
+    @overload
+    def job(
+        self,
+        *,
+        unique_key: str | None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        lane: str | None = None,
+        concurrency_key: str | None = None,
+        **args: Any,
+    ) -> Job: ...
+
+    @overload
+    def job(
+        self,
+        *,
+        lane: str | None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        concurrency_key: str | None = None,
+        **args: Any,
+    ) -> Job: ...
+
+    @overload
+    def job(
+        self,
+        *,
+        concurrency_key: str | None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        lane: str | None = None,
+        **args: Any,
+    ) -> Job: ...
+
+    def job(self, *positional: Any, **kwargs: Any) -> Job:
         """A ``Job`` for these args, validated now; per-job options (``delay``, ``run_at``,
         ``priority``, ``max_attempts``, ``unique_key``, ``lane``, ``concurrency_key``)
-        may be given beside the args."""
+        may be given beside the args. Args may be given by position too, in the order of
+        the handler's parameters (as its type, ``P``, allows)."""
         from .models import Job
 
+        if positional:
+            kwargs = self._by_position(positional, kwargs)
         options = job_options(
             self.kind, {k: kwargs.pop(k) for k in list(kwargs) if k in JOB_OPTIONS}
         )
@@ -187,6 +302,19 @@ class Handler(Generic[P, R]):
         if "run_at" in options:
             fields["run_at"] = options["run_at"]
         return Job(kind=self.kind, args=args, delay=options.get("delay"), **fields)
+
+    def _by_position(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the positional ``args`` named by the handler's parameters."""
+        if len(args) > len(self.arg_names):
+            raise InvalidJobArgs(
+                f"{self.kind}: {len(args)} positional arguments given, the handler takes "
+                f"{len(self.arg_names)} ({', '.join(self.arg_names) or 'none'})"
+            )
+        named = dict(zip(self.arg_names, args, strict=False))
+        twice = sorted(set(named) & set(kwargs))
+        if twice:
+            raise InvalidJobArgs(f"{self.kind}: argument(s) {twice} given twice")
+        return {**named, **kwargs}
 
     def _keys(
         self, args: dict[str, Any], options: Mapping[str, Any], unique: bool = True
@@ -208,7 +336,10 @@ class Handler(Generic[P, R]):
             if value is not None:  # an unset column is NULL all the same, unvalidated
                 keys[column] = value
         if policy.rate is not None:
-            keys["rate_key"] = render_key(policy.rate_key, args, "rate_key", self.kind) or self.kind
+            rate_key = render_key(policy.rate_key, args, "rate_key", self.kind)
+            # Only a kind with no template is metered per kind: a template that renders
+            # empty is refused by the key rule, as handler.jobs() refuses it.
+            keys["rate_key"] = self.kind if rate_key is None else rate_key
         return keys
 
     def fire_fields(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -328,5 +459,5 @@ class JobBatch:
             "lane_key": self.lane_keys or none,
             "unique_key": self.unique_keys or none,
             # The trace context current when the batch is enqueued: one for every job.
-            "trace_context": [current_context()] * n,
+            "trace_context": [current_context(self.kind, self.namespace, batch=n)] * n,
         }

@@ -8,8 +8,8 @@ nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from datetime import datetime
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .queries import inspect as q
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = [
+    "Count",
     "ExecutionRow",
     "FailureGroup",
     "JobDetail",
@@ -28,6 +29,7 @@ __all__ = [
     "Overview",
     "SearchPage",
     "WorkerRow",
+    "count_jobs",
     "estimate_jobs",
     "failed_ids",
     "failure_groups",
@@ -189,13 +191,39 @@ class Overview:
     active: dict[str, dict[JobStatus, int]]
     """Ready and executing jobs by kind, exact (read through the claim and lease indexes)."""
     estimated: dict[JobStatus, int]
-    """Every status's job count as the planner estimates it (exact would read every
-    finished row on each refresh)."""
+    """Every status's job count: exact up to ``EXACT_UP_TO``, the planner's estimate above
+    (``counts`` says which)."""
     last_hour: dict[str, dict[JobStatus, int]]
     """Jobs finished in the last hour by kind and outcome, exact."""
     workers: list[WorkerRow]
     in_flight: dict[int | None, int]
     """Executing jobs by worker id."""
+    counts: dict[JobStatus, Count] = field(default_factory=dict)
+    """``estimated`` with whether each is exact."""
+    scheduled: Count | None = None
+    """Ready jobs scheduled for later (none charged yet)."""
+    retrying: Count | None = None
+    """Ready jobs waiting out a retry's back-off."""
+
+
+EXACT_UP_TO = 10_000
+"""Counts up to this many jobs are exact (a count that stops one row past it); above, the
+planner's estimate is shown, marked as one."""
+COUNT_SCAN_BOUND = 200_000
+"""A filtered count is exact only in a namespace of at most this many jobs (as the
+planner estimates it): the rows such a count may read to find a small set."""
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A number of jobs, and whether it is exact or the planner's estimate (a count above
+    ``EXACT_UP_TO``, or of a table whose statistics say so)."""
+
+    value: int
+    exact: bool
+
+    def __str__(self) -> str:
+        return f"{self.value:,}" if self.exact else f"≈ {self.value:,}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +239,7 @@ class SearchPage:
 
 @dataclass(frozen=True, slots=True)
 class FailureGroup:
+    kind: str
     error_type: str
     """The exception's type name; "" when the failure recorded none."""
     count: int
@@ -253,13 +282,98 @@ async def estimate_jobs(
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
+async def count_jobs(
+    session: AsyncSession,
+    namespace: str,
+    status: JobStatus | None = None,
+    kind: str | None = None,
+) -> Count:
+    """How many jobs match: exact up to ``EXACT_UP_TO`` (a count that stops one row past
+    it), the planner's estimate above. The estimate decides first: a table the planner
+    knows to hold millions of matching rows is not counted at all; a small or never
+    analysed one (estimated "1" with 48 failed) is counted. A filtered count is exact in a
+    namespace of up to ``COUNT_SCAN_BOUND`` jobs (what it may read to find the set)."""
+    estimate = await estimate_jobs(session, namespace, status, kind)
+    if estimate > EXACT_UP_TO:
+        return Count(estimate, exact=False)
+    if status is not None or kind is not None:
+        # No index holds a status (or a kind) of every job: the count of a small set may
+        # have to read the namespace's rows to find it. Bounded: only a namespace the
+        # planner puts at COUNT_SCAN_BOUND jobs or fewer is counted; a bigger one has
+        # statistics (autovacuum analyses a table as it grows), so its estimate is shown.
+        if await estimate_jobs(session, namespace) > COUNT_SCAN_BOUND:
+            return Count(estimate, exact=False)
+    query = q.count_jobs_up_to(namespace, status, kind, EXACT_UP_TO + 1)
+    counted = int((await session.execute(query)).scalar_one())
+    if counted <= EXACT_UP_TO:
+        return Count(counted, exact=True)
+    return Count(max(estimate, counted), exact=False)
+
+
+async def _plan_rows(session: AsyncSession, explain: Any) -> int:
+    plan = (await session.execute(explain)).scalar_one()
+    if isinstance(plan, str):  # a driver that does not decode json
+        import json
+
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+@dataclass(frozen=True, slots=True)
+class DueRow(JobRow):
+    last_error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class DuePage:
+    """A page of the Scheduled or Retrying view, soonest first."""
+
+    jobs: tuple[DueRow, ...]
+    next_after: tuple[datetime, int] | None
+    """(run_at, id) to continue after; None on the last page."""
+    total: Count
+
+
+async def due_later(
+    session: AsyncSession,
+    namespace: str,
+    *,
+    retrying: bool,
+    after: tuple[datetime, int] | None = None,
+    limit: int = 50,
+) -> DuePage:
+    """Ready jobs due later, soonest first: retries waiting out their back-off
+    (``retrying``: attempts charged) or jobs scheduled for later (none charged)."""
+    rows = (await session.execute(q.due_later(namespace, retrying, after, limit + 1))).all()
+    jobs = tuple(_make(DueRow, r) for r in rows[:limit])
+    more = len(rows) > limit
+    last = (jobs[-1].run_at, jobs[-1].id) if more and jobs else None
+    total = await count_due_later(session, namespace, retrying=retrying)
+    return DuePage(jobs=jobs, next_after=last, total=total)
+
+
+async def count_due_later(session: AsyncSession, namespace: str, *, retrying: bool) -> Count:
+    """How many jobs the Scheduled (or Retrying) view holds, as :func:`count_jobs` counts."""
+    estimate = await _plan_rows(session, q.estimate_due_later(namespace, retrying))
+    if estimate > EXACT_UP_TO:
+        return Count(estimate, exact=False)
+    query = q.count_due_later(namespace, retrying, EXACT_UP_TO + 1)
+    counted = int((await session.execute(query)).scalar_one())
+    return Count(counted, True) if counted <= EXACT_UP_TO else Count(counted, False)
+
+
 async def overview(session: AsyncSession, namespace: str) -> Overview:
-    """The overview page: backlog exact, history estimated, the last hour exact."""
+    """The overview page: backlog exact, history exact up to ``EXACT_UP_TO`` and estimated
+    above, the last hour exact."""
     active = _by_kind((await session.execute(q.active_depth(namespace))).all())
-    estimated = {s: await estimate_jobs(session, namespace, s) for s in JobStatus}
-    for status in (JobStatus.READY, JobStatus.EXECUTING):
-        # Exact where it is cheap: the planner's guess for a small backlog can be far off.
-        estimated[status] = sum(c.get(status, 0) for c in active.values())
+    counts: dict[JobStatus, Count] = {}
+    for status in JobStatus:
+        if status in (JobStatus.READY, JobStatus.EXECUTING):
+            # Exact from the claim and lease indexes, however many.
+            counts[status] = Count(sum(c.get(status, 0) for c in active.values()), True)
+        else:
+            counts[status] = await count_jobs(session, namespace, status)
+    estimated = {s: c.value for s, c in counts.items()}
     last_hour = _by_kind((await session.execute(q.finished_since(namespace, 3600.0))).all())
     flying = {w: int(c) for w, c in (await session.execute(q.in_flight(namespace))).all()}
     return Overview(
@@ -268,7 +382,115 @@ async def overview(session: AsyncSession, namespace: str) -> Overview:
         last_hour=last_hour,
         workers=await workers(session, namespace),
         in_flight=flying,
+        counts=counts,
+        scheduled=await count_due_later(session, namespace, retrying=False),
+        retrying=await count_due_later(session, namespace, retrying=True),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One bucket of a chart: jobs that finished in [start, start + step)."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+    cancelled: int
+    wait: float | None
+    """Mean seconds from due to claimed of those jobs' last attempts (None: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """The charts' data: every bucket of the window, oldest first (empty ones zero)."""
+
+    seconds: float
+    step: float
+    kind: str | None
+    buckets: tuple[Bucket, ...]
+
+
+async def history(
+    session: AsyncSession,
+    namespace: str,
+    *,
+    seconds: float = 3600.0,
+    step: float = 60.0,
+    kind: str | None = None,
+) -> Series:
+    """Jobs finished over the last ``seconds`` in buckets of ``step`` (per minute over the
+    last hour by default; per hour over a day: ``seconds=86400, step=3600``), of one
+    ``kind`` or all: throughput, failures, cancels and queue wait, for the charts."""
+    if not 0 < step <= seconds or seconds / step > 1440:
+        raise ValueError(f"step must be in (0, seconds] with at most 1440 buckets, got {step}")
+    query = q.finished_series(namespace, seconds, step, kind)
+    found = {int(r.bucket): r for r in (await session.execute(query)).all()}
+    now = datetime.now(UTC).timestamp()
+    first = int((now - seconds) // step * step)
+    buckets = []
+    for start in range(first, int(now // step * step) + 1, int(step)):
+        r = found.get(start)
+        buckets.append(
+            Bucket(
+                start=datetime.fromtimestamp(start, UTC),
+                succeeded=int(r.succeeded) if r else 0,
+                failed=int(r.failed) if r else 0,
+                cancelled=int(r.cancelled) if r else 0,
+                wait=float(r.wait) if r is not None and r.wait is not None else None,
+            )
+        )
+    return Series(seconds=seconds, step=step, kind=kind, buckets=tuple(buckets))
+
+
+@dataclass(frozen=True, slots=True)
+class KindRate:
+    """One kind's live numbers over the last ``seconds``."""
+
+    kind: str
+    seconds: float
+    succeeded: int
+    failed: int
+    cancelled: int
+    p50: float | None
+    """Median run time (seconds, started to finished) of the jobs' last attempts."""
+    p95: float | None
+    wait: float | None
+    """Mean seconds from due to claimed."""
+
+    @property
+    def per_minute(self) -> float:
+        """Jobs finished per minute."""
+        return (self.succeeded + self.failed + self.cancelled) * 60.0 / self.seconds
+
+    @property
+    def error_percent(self) -> float | None:
+        """Failed among those that succeeded or failed, in percent (None: neither)."""
+        ended = self.succeeded + self.failed
+        return 100.0 * self.failed / ended if ended else None
+
+
+async def kind_rates(
+    session: AsyncSession, namespace: str, seconds: float = 300.0
+) -> dict[str, KindRate]:
+    """Each kind's rate, latency and error percentage over the last ``seconds`` (5 min)."""
+    rows = (await session.execute(q.kind_rates(namespace, seconds))).all()
+
+    def number(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return {
+        r.kind: KindRate(
+            kind=r.kind,
+            seconds=seconds,
+            succeeded=int(r.succeeded),
+            failed=int(r.failed),
+            cancelled=int(r.cancelled),
+            p50=number(r.p50),
+            p95=number(r.p95),
+            wait=number(r.wait),
+        )
+        for r in rows
+    }
 
 
 async def in_flight(session: AsyncSession, namespace: str) -> dict[int | None, int]:
@@ -320,8 +542,8 @@ async def search_jobs(
 async def failure_groups(
     session: AsyncSession, namespace: str, seconds: float = 86_400.0, limit: int = 100
 ) -> list[FailureGroup]:
-    """Failed jobs of the last ``seconds`` grouped by error type, biggest group first,
-    each with its newest job as the sample."""
+    """Failed jobs of the last ``seconds`` grouped by kind and error type, biggest group
+    first, each with its newest job as the sample."""
     rows = (await session.execute(q.failure_groups(namespace, seconds, limit))).all()
     samples: dict[int, Any] = {}
     if rows:
@@ -329,6 +551,7 @@ async def failure_groups(
         samples = dict((await session.execute(q.last_errors(ids))).all())
     return [
         FailureGroup(
+            kind=r.kind,
             error_type=r.error_type,
             count=int(r.count),
             first_seen=r.first_seen,
@@ -341,10 +564,16 @@ async def failure_groups(
 
 
 async def failed_ids(
-    session: AsyncSession, namespace: str, error_type: str, seconds: float, limit: int
+    session: AsyncSession,
+    namespace: str,
+    error_type: str,
+    seconds: float,
+    limit: int,
+    kind: str | None = None,
 ) -> list[int]:
-    """The ids of one failure group (as ``failure_groups`` counts it), at most ``limit``."""
-    query = q.failed_ids(namespace, error_type, seconds, limit)
+    """The ids of one failure group (as ``failure_groups`` counts it: of ``kind``, None
+    for every kind's failures of that error type), at most ``limit``."""
+    query = q.failed_ids(namespace, error_type, seconds, limit, kind)
     return [int(i) for i in (await session.execute(query)).scalars()]
 
 
@@ -384,6 +613,27 @@ async def definitions(session: AsyncSession, namespace: str) -> list[DefinitionR
         effective = {**declared, **overrides}
         out.append(DefinitionRow(kind, effective, frozenset(overrides), updated_at))
     return out
+
+
+async def attempt_budgets(session: AsyncSession, namespace: str) -> dict[str, int]:
+    """Each stored kind's failure budget now (its effective ``max_attempts``): the size of
+    the budget of a job that set none of its own."""
+    from .policy import DEFAULT_MAX_ATTEMPTS
+
+    return {
+        d.kind: int(d.effective.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
+        for d in await definitions(session, namespace)
+    }
+
+
+def budget_of(job: JobRow, budgets: dict[str, int]) -> int:
+    """A job's failure budget: its own ``max_attempts``, else its kind's (as the worker
+    reads it), else the default of a kind no worker has stored yet."""
+    from .policy import DEFAULT_MAX_ATTEMPTS
+
+    if job.max_attempts is not None:
+        return job.max_attempts
+    return budgets.get(job.kind, DEFAULT_MAX_ATTEMPTS)
 
 
 async def namespace_summaries(

@@ -1,22 +1,11 @@
-"""One table of acta's metrics, through the OpenTelemetry API (no-ops without an SDK).
+"""acta's metrics, through the OpenTelemetry API (no-ops without an SDK).
 
-| name                          | instrument            | unit | attributes        |
-|-------------------------------|-----------------------|------|-------------------|
-| acta.jobs.inflight            | observable gauge      | 1    | state, namespace  |
-| acta.completions.batch        | histogram             | 1    | namespace         |
-| acta.claims                   | counter (rows)        | 1    | namespace         |
-| acta.completions              | counter               | 1    | outcome, namespace|
-| acta.claim.duration           | histogram             | s    | namespace         |
-| acta.completion.duration      | histogram             | s    | namespace         |
-| acta.lease.lost               | counter               | 1    | namespace         |
-| acta.loop.stalls              | counter               | 1    | namespace         |
-| acta.loop.stall.duration      | histogram             | s    | namespace         |
-| acta.lifeline.renewals        | counter (rows)        | 1    | namespace         |
-| acta.admission.bounces        | counter               | 1    | reason, namespace |
-| acta.waits                    | counter               | 1    | reason, namespace |
-| acta.queue.depth              | observable gauge      | 1    | namespace, kind, status |
-| acta.job.duration             | histogram             | s    | namespace, kind, outcome |
-| acta.job.queue_wait           | histogram             | s    | namespace, kind, outcome |
+Two follow the messaging semantic conventions (``messaging.process.duration``,
+``messaging.client.consumed.messages``, with the ``messaging.*`` attributes of
+tracing.py's spans); the rest are acta's own, named ``acta.*``, and every attribute of
+theirs is too (``acta.namespace``, ``acta.job.kind``, ...). docs/observability.md has the
+table of every instrument, its unit and its attributes; ``INSTRUMENTS`` below is the same
+list, and tests/db/test_metrics.py checks them against each other.
 
 Per-job work stays off the metric path: the in-flight gauge is read from the registry when
 a collector asks, and outcome counts are added once per batch. The two per-job histograms
@@ -44,13 +33,49 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .tracing import api_in_use
+from .tracing import _FAILED as FAILED
+from .tracing import SYSTEM, api_in_use
 from .values import ClaimedJob, Completion, Outcome
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter, Observation
 
     from .worker.inflight import Registry
+
+PROCESS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
+"""The buckets the conventions advise for messaging durations."""
+
+NS = "acta.namespace"
+KIND = "acta.job.kind"
+OUTCOME = "acta.job.outcome"
+_MESSAGING = (
+    "messaging.system",
+    "messaging.operation.name",
+    "messaging.destination.name",
+    "messaging.consumer.group.name",
+)
+
+INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "messaging.process.duration": ("histogram", "s", (*_MESSAGING, "error.type")),
+    "messaging.client.consumed.messages": ("counter", "{message}", _MESSAGING),
+    "acta.queue.depth": ("observable gauge", "{job}", (NS, KIND, "acta.job.status")),
+    "acta.jobs.inflight": ("observable gauge", "{job}", (NS, "acta.claim.state")),
+    "acta.claims": ("counter", "{job}", (NS,)),
+    "acta.claim.duration": ("histogram", "s", (NS,)),
+    "acta.completions": ("counter", "{completion}", (NS, OUTCOME)),
+    "acta.completions.batch": ("histogram", "{completion}", (NS,)),
+    "acta.completion.duration": ("histogram", "s", (NS,)),
+    "acta.job.duration": ("histogram", "s", (NS, KIND, OUTCOME)),
+    "acta.job.queue_wait": ("histogram", "s", (NS, KIND, OUTCOME)),
+    "acta.admission.bounces": ("counter", "{job}", (NS, "acta.admission.reason")),
+    "acta.waits": ("counter", "{job}", (NS, "acta.wait.reason")),
+    "acta.lease.lost": ("counter", "{completion}", (NS,)),
+    "acta.loop.stalls": ("counter", "{stall}", (NS,)),
+    "acta.loop.stall.duration": ("histogram", "s", (NS,)),
+    "acta.lifeline.renewals": ("counter", "{lease}", (NS,)),
+}
+"""Every instrument: name -> (instrument, unit, attributes). ``error.type`` is set only
+on a failed attempt's ``messaging.process.duration``."""
 
 _registries: weakref.WeakKeyDictionary[Registry, str] = weakref.WeakKeyDictionary()
 
@@ -69,7 +94,7 @@ def _observe_inflight(_options: Any) -> Iterable[Observation]:
         for state in ("claimed", "executing", "finalizing"):
             yield Observation(
                 counts.get(state, 0),  # type: ignore[call-overload]
-                {"state": state, "namespace": namespace},
+                {"acta.claim.state": state, NS: namespace},
             )
 
 
@@ -81,7 +106,7 @@ def _observe_depth(_options: Any) -> Iterable[Observation]:
         if now - at > _depth_fresh.get(namespace, 90.0):
             continue  # another worker measures it now
         for kind, status, count in rows:
-            yield Observation(count, {"namespace": namespace, "kind": kind, "status": status})
+            yield Observation(count, {NS: namespace, KIND: kind, "acta.job.status": status})
 
 
 class _Instruments:
@@ -90,17 +115,19 @@ class _Instruments:
     def __init__(self, meter: Meter) -> None:
         meter.create_observable_gauge(
             "acta.jobs.inflight",
+            unit="{job}",
             callbacks=[_observe_inflight],
             description="Claims held by workers, by registry state (claimed, executing, "
             "finalizing).",
         )
         self.completion_batch = meter.create_histogram(
             "acta.completions.batch",
+            unit="{completion}",
             description="Completions written by one complete_executions call.",
         )
-        self.claims = meter.create_counter("acta.claims", description="Rows claimed.")
+        self.claims = meter.create_counter("acta.claims", unit="{job}", description="Jobs claimed.")
         self.completions = meter.create_counter(
-            "acta.completions", description="Completions, by outcome."
+            "acta.completions", unit="{completion}", description="Completions, by outcome."
         )
         self.claim_duration = meter.create_histogram(
             "acta.claim.duration", unit="s", description="Round trip of one claim statement."
@@ -111,10 +138,13 @@ class _Instruments:
             description="From a batch's first write try until it landed.",
         )
         self.lease_lost = meter.create_counter(
-            "acta.lease.lost", description="Completions fenced out because the lease was lost."
+            "acta.lease.lost",
+            unit="{completion}",
+            description="Completions fenced out because the lease was lost.",
         )
         self.loop_stalls = meter.create_counter(
             "acta.loop.stalls",
+            unit="{stall}",
             description="Times a worker's event loop was blocked past the stall threshold (a "
             "handler blocking it: time.sleep, CPU work or sync I/O inside an async def).",
         )
@@ -125,15 +155,18 @@ class _Instruments:
         )
         self.lifeline_renewals = meter.create_counter(
             "acta.lifeline.renewals",
+            unit="{lease}",
             description="Leases renewed from the lifeline thread while the event loop was blocked.",
         )
         self.admission_bounces = meter.create_counter(
             "acta.admission.bounces",
+            unit="{job}",
             description="Keyed jobs refused at admission and due again later, by reason (slot: "
             "no free concurrency slot; rate: the rate meter said later). Uncharged.",
         )
         self.waits = meter.create_counter(
             "acta.waits",
+            unit="{job}",
             description="Jobs parked waiting by their handler (WaitForSignal: reason signal; "
             "WaitForChildren: reason children). Uncharged.",
         )
@@ -148,9 +181,22 @@ class _Instruments:
         )
         meter.create_observable_gauge(
             "acta.queue.depth",
+            unit="{job}",
             callbacks=[_observe_depth],
             description="Jobs ready, executing and waiting, by kind (one measure per heartbeat "
             "interval per namespace, taken by one worker).",
+        )
+        # The messaging semantic conventions' consumer metrics (per attempt, like the spans).
+        self.process_duration = meter.create_histogram(
+            "messaging.process.duration",
+            unit="s",
+            description="Duration of processing operation.",
+            explicit_bucket_boundaries_advisory=PROCESS_BUCKETS,
+        )
+        self.consumed = meter.create_counter(
+            "messaging.client.consumed.messages",
+            unit="{message}",
+            description="Number of messages that were delivered to the application.",
         )
 
 
@@ -198,11 +244,22 @@ def record_job(namespace: str, job: ClaimedJob, completion: Completion) -> None:
     """One attempt's duration and queue wait (only called with a metrics SDK)."""
     if not completion.record or (i := _instruments()) is None:
         return  # a hand-back or a bounce: not an attempt
-    attrs = {"namespace": namespace, "kind": job.kind, "outcome": completion.outcome.value}
+    attrs = {NS: namespace, KIND: job.kind, OUTCOME: completion.outcome.value}
     if completion.ran_seconds is not None:
         i.job_duration.record(completion.ran_seconds, attrs)
     if job.waited is not None:
         i.queue_wait.record(max(0.0, job.waited), attrs)
+    messaging = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.name": "process",
+        "messaging.destination.name": job.kind,
+        "messaging.consumer.group.name": namespace,
+    }
+    i.consumed.add(1, messaging)
+    if completion.ran_seconds is not None:
+        if completion.outcome in FAILED and completion.error_type:
+            messaging["error.type"] = completion.error_type
+        i.process_duration.record(completion.ran_seconds, messaging)
 
 
 def watch_registry(registry: Registry, namespace: str) -> None:
@@ -212,7 +269,7 @@ def watch_registry(registry: Registry, namespace: str) -> None:
 def record_claim(namespace: str, rows: int, seconds: float) -> None:
     if (i := _instruments()) is None:
         return
-    attrs = {"namespace": namespace}
+    attrs = {NS: namespace}
     i.claims.add(rows, attrs)
     i.claim_duration.record(seconds, attrs)
 
@@ -222,16 +279,16 @@ def record_batch(
 ) -> None:
     if (i := _instruments()) is None:
         return
-    attrs = {"namespace": namespace}
+    attrs = {NS: namespace}
     i.completion_batch.record(len(batch), attrs)
     i.completion_duration.record(seconds, attrs)
     for outcome, n in Counter(c.outcome for c in batch).items():
-        i.completions.add(n, {"outcome": outcome.value, "namespace": namespace})
+        i.completions.add(n, {OUTCOME: outcome.value, NS: namespace})
         if outcome is Outcome.WAITING:
             for c in batch:
                 if c.outcome is Outcome.WAITING:
                     reason = "children" if c.children is not None else "signal"
-                    i.waits.add(1, {"reason": reason, "namespace": namespace})
+                    i.waits.add(1, {"acta.wait.reason": reason, NS: namespace})
     lost = len(batch) - len(applied)
     if lost > 0:
         i.lease_lost.add(lost, attrs)
@@ -239,19 +296,19 @@ def record_batch(
 
 def record_stall(namespace: str) -> None:
     if (i := _instruments()) is not None:
-        i.loop_stalls.add(1, {"namespace": namespace})
+        i.loop_stalls.add(1, {NS: namespace})
 
 
 def record_stall_duration(namespace: str, seconds: float) -> None:
     if (i := _instruments()) is not None:
-        i.loop_stall_duration.record(seconds, {"namespace": namespace})
+        i.loop_stall_duration.record(seconds, {NS: namespace})
 
 
 def record_lifeline_renewal(namespace: str, rows: int) -> None:
     if (i := _instruments()) is not None:
-        i.lifeline_renewals.add(rows, {"namespace": namespace})
+        i.lifeline_renewals.add(rows, {NS: namespace})
 
 
 def record_bounces(namespace: str, reason: str, n: int) -> None:
     if (i := _instruments()) is not None:
-        i.admission_bounces.add(n, {"reason": reason, "namespace": namespace})
+        i.admission_bounces.add(n, {"acta.admission.reason": reason, NS: namespace})

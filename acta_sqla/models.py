@@ -40,9 +40,10 @@ from sqlalchemy.orm.exc import ObjectDeletedError
 from .database import install_error_translation
 from .errors import InvalidJob, JobActive
 from .payload import args_json
-from .policy import job_column, job_option
+from .policy import Refused, check_key, job_column, job_option, shown
 from .queries._render import ACTIVE, TERMINAL
 from .schema import SCHEMA as SCHEMA
+from .settings import NAMESPACE_PATTERN, NAMESPACE_RULE
 from .status import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .status import TERMINAL_STATUSES as TERMINAL_STATUSES
 from .status import JobStatus as JobStatus
@@ -99,8 +100,11 @@ class Job(Base):
     namespace: Mapped[str] = mapped_column(Text, default="default", server_default="default")
     kind: Mapped[str] = mapped_column(Text)
     args: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
+    # The database's default alone, read back by the INSERT's RETURNING: a lane's job is
+    # made 'waiting' by the lane trigger on insert, and the model must say so after the
+    # flush (a Python-side default was sent as 'ready' and believed).
     status: Mapped[JobStatus] = mapped_column(
-        _status_type(JobStatus, "status"), default=JobStatus.READY, server_default="ready"
+        _status_type(JobStatus, "status"), server_default="ready"
     )
     priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
     """Lower runs first."""
@@ -285,8 +289,12 @@ class Job(Base):
     ) -> None:
         # Every field goes through policy's JOB_OPTION_CHECKS and the args through payload:
         # the same rules, and messages, as handler.job() and handler.jobs().
-        if not isinstance(kind, str) or not kind:
-            raise InvalidJob(f"kind must be a non-empty string, got {kind!r}")
+        _check_kind(kind)
+        # One rule for the namespace, whatever path enqueues the job: decided here, when it
+        # is built (namespace=, or handler.job()'s app), else 'default'. An Acta of another
+        # namespace refuses it rather than move it (Acta._check_kind).
+        if fields.get("namespace") is None:
+            fields["namespace"] = "default"
         if fields.get("run_at", False) is None:
             del fields["run_at"]  # None reads as "not given": due now, on the database clock
         if delay is not None:
@@ -299,14 +307,43 @@ class Job(Base):
         elif "run_at" in fields:
             job_option(kind, "run_at", fields["run_at"])
         if "trace_context" not in fields:
-            traced = current_context()
+            traced = current_context(kind, fields.get("namespace"))
             if traced is not None:
                 fields["trace_context"] = traced
         super().__init__(kind=kind, args={} if args is None else args, **fields)
 
+    @validates("kind")
+    def _validate_kind(self, _key: str, value: Any) -> Any:
+        return _check_kind(value)
+
+    @validates("namespace")
+    def _validate_namespace(self, _key: str, value: Any) -> Any:
+        # A namespace names the LISTEN channel the insert's trigger notifies: one out of
+        # its rule was a raw error at commit ("channel name too long", or a DataError).
+        if value is None or (type(value) is str and value in _NAMESPACES):
+            return value
+        if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
+            raise InvalidJob(f"{self._kind_known()}: namespace={shown(value)} {NAMESPACE_RULE}")
+        _remember(_NAMESPACES, value)
+        return value
+
+    def _kind_known(self) -> str:
+        # The kind as this instance already holds it, never loaded: reading ``self.kind`` on
+        # an expired instance would run a SELECT (MissingGreenlet under an AsyncSession)
+        # just to name it in an error message.
+        return self.__dict__.get("kind") or "job"
+
     @validates("args")
     def _validate_args(self, _key: str, value: Any) -> Any:
-        args_json(self.kind or "job", value)
+        args_json(self._kind_known(), value)
+        return value
+
+    @validates("run_at")
+    def _validate_run_at(self, _key: str, value: Any) -> Any:
+        # A datetime set by hand (``job.run_at = ...``) passes the rule of Job(run_at=...);
+        # Job(delay=...) gives a SQL expression on the database clock.
+        if isinstance(value, datetime):
+            job_option(self._kind_known(), "run_at", value)
         return value
 
     @validates(
@@ -316,6 +353,7 @@ class Job(Base):
         "lane_key",
         "concurrency_key",
         "rate_key",
+        "schedule_name",
         "parent_id",
     )
     def _validate_field(self, key: str, value: Any) -> Any:
@@ -323,14 +361,39 @@ class Job(Base):
             return value
         if key == "parent_id":
             raise InvalidJob(
-                f"{self.kind or 'job'}: parent_id is set by acta when a parent's handler "
+                f"{self._kind_known()}: parent_id is set by acta when a parent's handler "
                 "returns WaitForChildren([...]); a job cannot be given a parent by hand "
                 "(see docs/waits.md)"
             )
-        return job_column(self.kind or "job", key, value)
+        return job_column(self._kind_known(), key, value)
 
     def __repr__(self) -> str:
         return f"<Job id={self.id} kind={self.kind!r} status={self.status}>"
+
+
+_KINDS: set[str] = set()
+_NAMESPACES: set[str] = set()
+"""Kinds and namespaces that passed their rule. An application uses a few of each, and
+every ``Job`` checks both (its kind twice: before its options' messages name it, and by
+its validator): a set lookup instead of the rule's scans keeps that off the enqueue's
+cost. Only a plain str that passed is remembered (a str subclass could compare equal to
+a checked value and be another one)."""
+
+
+def _remember(checked: set[str], value: str) -> None:
+    if type(value) is str and len(checked) < 1024:
+        checked.add(value)
+
+
+def _check_kind(kind: Any) -> str:
+    if type(kind) is str and kind in _KINDS:
+        return kind
+    try:
+        check_key(kind)
+    except Refused as why:
+        raise InvalidJob(f"kind={shown(kind)} {why}") from None
+    _remember(_KINDS, kind)
+    return str(kind)
 
 
 class Execution(Base):

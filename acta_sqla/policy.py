@@ -28,9 +28,10 @@ import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
+from . import durations
 from .errors import ConfigurationError, InvalidJob, InvalidJobArgs
 from .settings import (
     DEFAULT_BACKOFF_BASE_SECONDS,
@@ -45,9 +46,6 @@ PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 INT4_MAX = 2**31 - 1
 """max_attempts and concurrency limits are int columns or are cast to int in SQL."""
 BIGINT_MAX = 2**63 - 1
-DELAY_MAX_SECONDS = 1e12
-"""About 31,700 years. Far beyond it a due time overflows: Python's timedelta past 8.6e13 s,
-PostgreSQL's timestamps (which end in 294276 AD) past about 9e12 s, as raw errors."""
 
 
 class Refused(ValueError):
@@ -82,28 +80,15 @@ def _int_in(low: int, high: int, meaning: str) -> Callable[[Any], int]:
     return check
 
 
-def _seconds(
-    *, positive: bool, meaning: str, timedelta_ok: bool = False, maximum: float = math.inf
-) -> Callable[[Any], float]:
-    bound = "finite and " + ("> 0" if positive else ">= 0")
-    if maximum < math.inf:
-        bound = bound.replace(" and ", ", ") + f" and <= {maximum:g}"
+def _seconds(*, positive: bool, meaning: str, timedelta_ok: bool = False) -> Callable[[Any], float]:
+    """Seconds of a delay-like value: finite, >= 0 (or > 0) and within the one bound of
+    ``durations.MAX_SECONDS`` (a due time past it would leave Python's datetime range)."""
+    bound = durations.rule(positive=positive, timedelta_ok=timedelta_ok)
 
     def check(value: Any) -> float:
-        if timedelta_ok and isinstance(value, timedelta):
-            value = value.total_seconds()
-        try:
-            seconds = float(value) if isinstance(value, int | float) else math.nan
-        except OverflowError:  # an int too large for a float
-            seconds = math.inf
-        if (
-            isinstance(value, bool)
-            or not math.isfinite(seconds)
-            or not (seconds > 0 if positive else seconds >= 0)
-            or seconds > maximum
-        ):
-            kinds = "a number of seconds or a timedelta" if timedelta_ok else "a number"
-            raise Refused(f"must be {kinds}, {bound} ({meaning})")
+        seconds = durations.seconds(value, positive=positive, timedelta_ok=timedelta_ok)
+        if seconds is None:
+            raise Refused(f"{bound} ({meaning})")
         return seconds
 
     return check
@@ -153,6 +138,13 @@ def check_template(value: Any) -> str:
         if spec and "{" in spec:
             raise Refused("has a nested field in a format spec; keys are rendered from args only")
     _check_text(value)
+    literal = sum(len(text.encode("utf-8")) for text, _, _, _ in parsed)
+    if literal > MAX_KEY_BYTES:
+        # Every key it renders would be longer still: refused at every enqueue.
+        raise Refused(
+            f"has {literal:,} UTF-8 bytes of literal text, so every key it renders is "
+            f"longer than the {MAX_KEY_BYTES:,}-byte limit of a key"
+        )
     return value
 
 
@@ -168,12 +160,33 @@ def _check_text(value: str) -> None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+MAX_KEY_BYTES = 2048
+"""The ONE bound of every key and name acta stores: at most this many bytes in UTF-8
+(docs/reliability.md, "Keys and names"). It covers unique, concurrency and rate keys, lanes,
+kinds, and schedule, signal and lock names; a namespace has its own, shorter rule
+(``settings.NAMESPACE_RULE``). Each of them is a column of a btree index, beside the
+namespace and at most one 8-byte column (``job_lane_idx``, ``concurrency_slot_pkey``,
+``rate_meter_pkey``, ``lock_pkey``, ``job_prune_idx``, ``job_schedule_tick_key`` ...), and a
+btree entry holds at most 2,704 bytes: measured on PostgreSQL 15 with incompressible keys
+and a 63-character namespace, the longest key that fits is 2,620 bytes. A longer key was
+stored and then refused by every statement that indexed it (an admission call carrying a
+6,000-character rate key failed, with every job batched with it, for ever)."""
+
+
 def check_key(value: Any) -> str:
-    """A per-job key (``unique_key=``, ``lane=``, ``concurrency_key=``): the key itself, not
-    a template."""
+    """A key or a name as stored (``unique_key=``, ``lane=``, ``concurrency_key=``, a
+    rendered template, a kind, a schedule, signal or lock name): a non-empty string that
+    PostgreSQL can store, of at most ``MAX_KEY_BYTES`` bytes in UTF-8."""
     if not isinstance(value, str) or not value:
         raise Refused("must be a non-empty string")
     _check_text(value)
+    # len() first: a str of n characters has at least n and at most 4n bytes in UTF-8,
+    # so only a long one is encoded to be measured.
+    if len(value) * 4 > MAX_KEY_BYTES and len(value.encode("utf-8")) > MAX_KEY_BYTES:
+        raise Refused(
+            f"is {len(value.encode('utf-8')):,} bytes long in UTF-8; a key or name is at most "
+            f"{MAX_KEY_BYTES:,} bytes (it is indexed: docs/reliability.md)"
+        )
     return value
 
 
@@ -268,13 +281,9 @@ POLICY_CHECKS: dict[str, Callable[[Any], Any]] = {
     "lane": _optional(check_template),
     "unique_key": _optional(check_template),
     "retention": _optional(
-        # At most 10**10 s (about 317 years): the prune subtracts it from now(), and a
-        # timestamp out of range failed every recovery pass of the namespace.
-        _seconds(
-            positive=False,
-            meaning="seconds a finished job is kept; None keeps it",
-            maximum=1e10,
-        )
+        # The prune subtracts it from now(): a timestamp out of range failed every recovery
+        # pass of the namespace (the one bound of durations.py keeps it in range).
+        _seconds(positive=False, meaning="seconds a finished job is kept; None keeps it")
     ),
     "paused": _bool,
 }
@@ -398,7 +407,8 @@ class Policy:
 
     def retry_delay(self, attempts: int, rng: random.Random | None = None) -> float:
         """Seconds before the next try after ``attempts`` charged attempts: exponential, ±25 %."""
-        base = min(self.backoff_base * (2 ** max(0, attempts - 1)), self.backoff_max)
+        # The exponent is capped: 2 ** 1100 is past a float (a budget of thousands of attempts).
+        base = min(self.backoff_base * 2.0 ** min(max(0, attempts - 1), 1000), self.backoff_max)
         return base * (rng or random).uniform(0.75, 1.25)
 
     def to_json(self) -> dict[str, Any]:
@@ -468,22 +478,19 @@ def render_key(template: str | None, args: dict[str, Any], what: str, kind: str)
 
 
 def _run_at(value: Any) -> datetime:
-    if not isinstance(value, datetime) or value.tzinfo is None:
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
         raise Refused(
             "must be a timezone-aware datetime; use datetime.now(timezone.utc) + ... or pass "
             "delay= in seconds"
         )
+    if not durations.due_in_range(value):
+        raise Refused(f"must be within {durations.SPAN_TEXT} of now")
     return value
 
 
 JOB_OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "run_at": _run_at,
-    "delay": _seconds(
-        positive=False,
-        meaning="counted on the database clock",
-        timedelta_ok=True,
-        maximum=DELAY_MAX_SECONDS,
-    ),
+    "delay": _seconds(positive=False, meaning="counted on the database clock", timedelta_ok=True),
     "priority": _priority,
     "max_attempts": _optional(_attempts),
     "unique_key": _optional(check_key),
@@ -508,7 +515,7 @@ def job_option(kind: str, name: str, value: Any, *, check: str | None = None) ->
         raise InvalidJob(f"{kind}: {name}={shown(value)} {why}") from None
 
 
-_COLUMN_RULES = {"lane_key": "lane", "rate_key": "unique_key"}
+_COLUMN_RULES = {"lane_key": "lane", "rate_key": "unique_key", "schedule_name": "unique_key"}
 """Job columns checked by the rule of a job option of another name (a rate key is a key
 like a unique key)."""
 

@@ -12,6 +12,7 @@ enqueues one under the schedule's advisory lock. The cron arithmetic is here, in
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,7 +35,38 @@ the other (each fire's completion enqueues the next), up to ``MAX_CATCH_UP`` tic
 MAX_CATCH_UP = 100
 """``missed="all"``: the most ticks a schedule catches up one by one."""
 
-MAX_NAME = 200
+TICK_SEARCH_YEARS = 50
+"""How far ahead (and back) a tick is searched for: croniter's own bound. A cron with no
+tick within it ("0 0 30 2 *", Feb 30; "0 0 31 4 *") never matches."""
+
+
+class NoTick(ActaError):
+    """A schedule's next tick cannot be computed from its cron and timezone: a cron that
+    never matches (Feb 30), or a definition this code cannot read (stored by another
+    version). The schedule does not fire; every other schedule does."""
+
+    def __init__(self, name: str, cron: str, timezone: str, reason: str) -> None:
+        self.name = name
+        self.cron = cron
+        self.timezone = timezone
+        self.reason = reason
+        super().__init__(f"schedule {name!r}: {reason}")
+
+
+def _no_tick(spec: Schedule, exc: Exception) -> NoTick:
+    from croniter import CroniterBadDateError
+
+    if isinstance(exc, CroniterBadDateError):
+        reason = (
+            f"cron={spec.cron!r} never matches (no tick within {TICK_SEARCH_YEARS} years: "
+            "a day the month never has, such as 30 2 for Feb 30 or 31 4 for Apr 31)"
+        )
+    else:
+        reason = (
+            f"its next tick cannot be computed from cron={spec.cron!r} in timezone="
+            f"{spec.timezone!r} ({type(exc).__name__}: {exc})"
+        )
+    return NoTick(spec.name, spec.cron, spec.timezone, reason)
 
 
 def _croniter() -> Any:
@@ -131,6 +163,18 @@ class Schedule:
         time before it was declared)."""
         return self.next_after(now)
 
+    def fire_tick(self, last: datetime | None, now: datetime) -> datetime:
+        """The tick of the fire to enqueue for this schedule, whose latest fire was ``last``
+        (None: it never fired), the time being ``now``. :class:`NoTick` if it cannot be
+        computed (a cron that never matches, a timezone or cron this code cannot read, a
+        tick past what ``datetime`` holds): raised for this schedule alone, so that a
+        caller computing many schedules' ticks stops only this one."""
+        try:
+            return self.first(now) if last is None else self.successor(last, now)
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            # croniter's errors are ValueErrors; an unknown zone is a KeyError.
+            raise _no_tick(self, exc) from None
+
     def row(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -156,11 +200,12 @@ def declare(
     missed: str = "latest",
 ) -> Schedule:
     """A validated schedule; ``ConfigurationError`` naming the schedule and the value."""
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise ConfigurationError(
-            f"schedule name must be a non-empty string of at most {MAX_NAME} characters, "
-            f"got {name!r}"
-        )
+    from .policy import Refused, check_key, shown
+
+    try:
+        check_key(name.strip() and name if isinstance(name, str) else name)
+    except Refused as why:
+        raise ConfigurationError(f"schedule name={shown(name)} {why}") from None
     where = f"schedule {name!r}"
     if not isinstance(cron, str) or len(cron.split()) not in (5, 6):
         raise ConfigurationError(
@@ -180,6 +225,12 @@ def declare(
         raise ConfigurationError(
             f"{where}: missed={missed!r} must be one of {', '.join(MISSED_POLICIES)}"
         )
+    spec = Schedule(name, " ".join(cron.split()), "", timezone, {}, missed)
+    try:
+        # Computed, not just parsed: croniter.is_valid accepts a cron that never matches.
+        spec.fire_tick(None, datetime.now(UTC))
+    except NoTick as exc:
+        raise ConfigurationError(f"{where}: {exc.reason}") from None
     from .handler import Handler
 
     if not isinstance(handler, Handler):
@@ -198,16 +249,73 @@ def successor_feature(
     schedule: Schedule, namespace: str, tick: datetime, now: datetime
 ) -> dict[str, Any]:
     """A fire's completion input for the ``next_fire`` part: which schedule, this fire's
-    tick, and the following tick."""
+    tick, and the following tick (:class:`NoTick` if it cannot be computed)."""
     return {
         "namespace": namespace,
         "schedule": schedule.name,
         "after": tick.isoformat(),
-        "tick": schedule.successor(tick, now).isoformat(),
+        "tick": schedule.fire_tick(tick, now).isoformat(),
     }
 
 
+def stored(name: str, cron: str, timezone: str, missed: str, kind: str = "") -> Schedule:
+    """A schedule as it is stored (no handler, no args): enough to compute its ticks."""
+    return Schedule(name, cron, kind, timezone, {}, missed)
+
+
+def plan_fires(
+    unfired: Iterable[tuple[str, datetime | None, str, str, str]],
+    declared: Mapping[str, Schedule],
+    now: datetime,
+) -> tuple[list[tuple[str, datetime]], list[NoTick]]:
+    """The fires to enqueue for the schedules with none pending: ``unfired`` rows (name,
+    latest fire's tick or None, stored cron, timezone, missed), computed from this code's
+    declaration of each, at ``now`` (the database's clock). A schedule this code does not
+    declare is left to the workers whose code does (rolling deploy), but its stored cron is
+    still checked. Answers the (name, tick) pairs to enqueue and a :class:`NoTick` for each
+    schedule that cannot fire: those stop alone, every other schedule still fires."""
+    fires: list[tuple[str, datetime]] = []
+    stuck: list[NoTick] = []
+    for name, last, cron, timezone, missed in unfired:
+        spec = declared.get(name)
+        try:
+            if spec is None:
+                stored(name, cron, timezone, missed).fire_tick(last, now)
+                continue
+            fires.append((name, spec.fire_tick(last, now)))
+        except NoTick as exc:
+            stuck.append(exc)
+    return fires, stuck
+
+
+def tick_problem(name: str, cron: str, timezone: str, missed: str, now: datetime) -> str | None:
+    """Why the stored schedule ``name`` cannot fire (its next tick from ``now`` cannot be
+    computed), or None: for ``acta schedules ls`` and ``acta doctor``."""
+    try:
+        stored(name, cron, timezone, missed).fire_tick(None, now)
+    except NoTick as exc:
+        return exc.reason
+    return None
+
+
 # ------------------------------------------------------------------ the operator's side
+
+
+async def pause(conn: Any, schema: str, namespace: str, name: str) -> bool:
+    """Pause a schedule (``acta schedules pause``, the dashboard): no fire from now on; its
+    pending fire that has not started is cancelled; a running one finishes and enqueues
+    nothing. One transaction on an asyncpg connection: the schedule's row is locked first
+    (``UPDATE``), then the pending fires are read and cancelled by a statement of its own,
+    so a fire's completion racing the pause either sees it (no successor) or committed its
+    successor before that read (cancelled here): once this returns, no new fire is
+    enqueued. False if the schedule does not exist."""
+    from .queries import schedules as q
+
+    async with conn.transaction():
+        if not await conn.fetch(q.pause_schedule(schema), namespace, name):
+            return False
+        await conn.execute(q.cancel_unstarted_fires(schema), namespace, [name])
+    return True
 
 
 async def resume(conn: Any, schema: str, namespace: str, name: str) -> datetime | None:
@@ -228,10 +336,16 @@ async def resume(conn: Any, schema: str, namespace: str, name: str) -> datetime 
         if row["pending_tick"] is not None:
             pending: datetime = row["pending_tick"]
             return pending
-        spec = Schedule(row["name"], row["cron"], row["kind"], row["timezone"], {}, row["missed"])
-        now = row["now"]  # the database's clock, not this host's
-        last = row["last_tick"]
-        tick = spec.first(now) if last is None else spec.successor(last, now)
+        spec = stored(row["name"], row["cron"], row["timezone"], row["missed"], row["kind"])
+        try:
+            # The database's clock, not this host's. Raised inside the transaction: a
+            # schedule that cannot fire stays paused.
+            tick = spec.fire_tick(row["last_tick"], row["now"])
+        except NoTick as exc:
+            raise ActaError(
+                f"schedule {name!r} cannot be resumed: {exc.reason}; fix its cron in the "
+                "code and start a worker (or remove it from the code)"
+            ) from None
         fired = await conn.fetch(q.enqueue_fires(schema), namespace, [name], [tick])
         if not fired:
             # Only a fire of that tick or later that ran, written by hand or by a clock

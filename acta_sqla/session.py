@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import InvalidJob, InvalidSignal, JobFinished, JobNotFound, UniqueKeyHeld
 from .handler import JobBatch, Rows
-from .status import JobStatus
-from .waits import MAX_SIGNAL_NAME
+from .status import TERMINAL_STATUSES, JobStatus
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -138,23 +137,55 @@ def enqueue_many(session: Session, rows: Rows) -> list[EnqueueResult]:
     return [r for r in results if r is not None]
 
 
-def cancel(session: Session, job_id: int) -> CancelOutcome:
+MAX_CANCEL_REASON = 1000
+"""Characters of a cancel's reason at most."""
+MAX_CANCEL_BY = 200
+"""Characters of a cancel's ``by`` (who cancelled) at most."""
+
+
+def cancel_note(field: str, value: object, maximum: int) -> str | None:
+    """A cancel's ``by`` or ``reason`` checked before the database: None or text of at
+    most ``maximum`` characters that PostgreSQL can store (no NUL, no lone surrogate);
+    ``ValueError`` naming the field otherwise. Surrounding blanks are dropped; blank is
+    None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be text, got {type(value).__name__}")
+    text = value.strip()
+    if "\x00" in text:
+        raise ValueError(f"{field} holds a NUL character (\\x00), which PostgreSQL cannot store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{field} holds a lone surrogate, which is not valid text") from None
+    if len(text) > maximum:
+        raise ValueError(f"{field} is {len(text):,} characters long; at most {maximum:,}")
+    return text or None
+
+
+def cancel(
+    session: Session, job_id: int, *, reason: str | None = None, by: str | None = None
+) -> CancelOutcome:
     """A ready or waiting job ends ``cancelled`` at once; an executing one is asked to stop.
 
     The row is locked first and the decision made on what it says then: a completion
     committing meanwhile (a retry, a bounce, a park in a wait) is waited for, and its
-    outcome cancelled, never mistaken for a finished job."""
+    outcome cancelled, never mistaken for a finished job. Who cancelled it (``by``) and
+    why (``reason``) are stored with the job, in ``last_error["cancel"]``."""
     from . import queries
 
+    by = cancel_note("by", by, MAX_CANCEL_BY)
+    reason = cancel_note("reason", reason, MAX_CANCEL_REASON)
     found = session.execute(queries.lock_job_status(job_id)).first()
     if found is None:
         return "missing"
     status = JobStatus(found[0])
     if status in (JobStatus.READY, JobStatus.WAITING):
-        session.execute(queries.cancel_waiting(job_id))
+        session.execute(queries.cancel_waiting(job_id, by, reason))
         return "cancelled"
     if status is JobStatus.EXECUTING:
-        session.execute(queries.request_cancel(job_id))
+        session.execute(queries.request_cancel(job_id, by, reason))
         return "requested"
     return "finished"
 
@@ -162,15 +193,30 @@ def cancel(session: Session, job_id: int) -> CancelOutcome:
 def retry(session: Session, job_id: int) -> bool:
     """A finished job goes back to ``ready`` now with a fresh budget; False when it is not
     finished (or missing); ``UniqueKeyHeld`` when another job holds its unique key (nothing
-    changed, the transaction stays usable)."""
-    from . import queries
+    changed, the transaction stays usable).
 
-    if session.execute(queries.retry_job(job_id)).first() is not None:
-        return True
-    held = session.execute(queries.unique_key_holder(job_id)).first()
-    if held is not None:
-        raise UniqueKeyHeld(job_id, held[0], held[1], held[2])
-    return False
+    The write runs inside a SAVEPOINT: a racing retry or enqueue of the same key that
+    commits first makes it fail on the unique index (the holder was not yet visible when the
+    statement began), and only the savepoint is rolled back, so the caller's transaction
+    goes on and the refusal names the holder, now committed and visible."""
+    from . import queries
+    from .errors import DuplicateJob
+
+    while True:
+        try:
+            with session.begin_nested():
+                if session.execute(queries.retry_job(job_id)).first() is not None:
+                    return True
+        except DuplicateJob:
+            pass  # lost a race on the key: the holder committed meanwhile; name it below
+        held = session.execute(queries.unique_key_holder(job_id)).first()
+        if held is not None:
+            raise UniqueKeyHeld(job_id, held[0], held[1], held[2])
+        found = session.execute(queries.job_status(job_id)).first()
+        if found is None or JobStatus(found[0]) not in TERMINAL_STATUSES:
+            return False
+        # Still finished and no holder now: the racing holder finished too between the two
+        # statements. Try again.
 
 
 def signal_payload(name: object, payload: object) -> str:
@@ -179,17 +225,12 @@ def signal_payload(name: object, payload: object) -> str:
     import json
 
     from .payload import explain
-    from .policy import Refused, check_key
+    from .policy import Refused, check_key, shown
 
-    if not isinstance(name, str) or not name or len(name) > MAX_SIGNAL_NAME:
-        raise InvalidSignal(
-            f"signal name must be a non-empty string of at most {MAX_SIGNAL_NAME} characters, "
-            f"got {name!r}"
-        )
     try:
-        check_key(name)  # no NUL, no lone surrogate
+        check_key(name)  # a non-empty str, no NUL, no lone surrogate, MAX_KEY_BYTES at most
     except Refused as why:
-        raise InvalidSignal(f"signal name {name!r} {why}") from None
+        raise InvalidSignal(f"signal name {shown(name)} {why}") from None
     try:
         # The args' own checks (NUL, lone surrogates, depth, huge integers, NaN, types),
         # iterative: whatever PostgreSQL or the worker could not take is refused here.
@@ -214,12 +255,25 @@ def signal(session: Session, job_id: int, name: str, payload: object = None) -> 
     raise JobFinished(job_id, str(found[0]))
 
 
+def _check_kind(kind: object) -> None:
+    """A kind to look up: by the rule of every name (``policy.check_key``), before the
+    database (a NUL was a DataError, a lone surrogate an encoding error)."""
+    from .errors import ConfigurationError
+    from .policy import Refused, check_key, shown
+
+    try:
+        check_key(kind)
+    except Refused as why:
+        raise ConfigurationError(f"kind={shown(kind)} {why}") from None
+
+
 def resume_kind(session: Session, namespace: str, kind: str) -> dict[str, Any]:
     """Resume ``kind``: drop an operator's ``paused``, or, when the code declares the kind
     paused, override it with ``paused=False`` (a later declaration is then the operator's
     to lift again with ``reset``). Answers the overrides now stored."""
     from . import queries
 
+    _check_kind(kind)
     row = session.execute(queries.definition_for_update(namespace, kind)).first()
     if row is not None and row[0].get("paused") is True:
         return set_policy(session, namespace, kind, {"paused": False})
@@ -240,6 +294,7 @@ def set_policy(
     from .errors import ConfigurationError
     from .policy import OVERRIDABLE, Policy, Refused, override_value, shown
 
+    _check_kind(kind)
     values: dict[str, Any] = {}
     for name, value in fields.items():
         try:

@@ -1,4 +1,4 @@
-"""Settings: read from ``ACTA_*`` environment variables and ``.env``.
+"""Settings: read from ``ACTA_*`` environment variables and ``.env`` by pydantic-settings.
 
 Only the seed's three tunables are settable (heartbeat interval, executor count, safety
 poll interval); every other timing is a constant below or derives from the heartbeat.
@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigurationError
 
@@ -90,9 +92,11 @@ MAX_RESULT_BYTES = 64 * 1024 * 1024
 """Largest JSON encoding of a job's result; a larger result fails the attempt."""
 MAX_TRACEBACK_CHARS = 16 * 1024
 """Tracebacks stored on an execution are cut to this many characters (the end is kept)."""
-NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
-NAMESPACE_RULE = "must be 1-63 characters of letters, digits, '_', '.' or '-'"
-"""What :data:`NAMESPACE_PATTERN` asks, as every refusal of a namespace says it."""
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,57}$")
+NAMESPACE_RULE = "must be 1-58 characters of letters, digits, '_', '.' or '-'"
+"""What :data:`NAMESPACE_PATTERN` asks, as every refusal of a namespace says it. 58: a job's
+insert notifies the channel ``acta.<namespace>``, and PostgreSQL refuses a channel name of
+64 bytes or more ("channel name too long", at the enqueue's commit)."""
 SCHEMA_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _URL_SCHEME = re.compile(r"^(postgresql|postgres)(\+[A-Za-z0-9_]+)?://")
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -214,40 +218,52 @@ def default_data_dir() -> Path:
 
 ENV_PREFIX = "ACTA_"
 DOTENV = ".env"
+SCHEMA_VARIABLE = "ACTA_SCHEMA"
+"""The one variable that sets ``db_schema`` (the field's own name would read ACTA_DB_SCHEMA)."""
+_SCHEMA_KEYS = ("db_schema", "schema")
+"""Keys that set ``db_schema`` where the code or a nested settings model names it (an
+application's ``APP_ACTA__SCHEMA``): never an environment variable of their own."""
 
 
-def environment() -> dict[str, str]:
-    """The settings found in ``ACTA_*`` environment variables and the ``.env`` file of the
-    current folder (the environment wins over the file), by field name. Names match
-    without regard to case; ``ACTA_SCHEMA`` sets ``db_schema``; any other variable,
-    prefixed or not, is ignored (only ``ACTA_*`` may configure acta).
+class _OnlyActaVariables(PydanticBaseSettingsSource):
+    """The ``.env`` file's values of acta's own variables. pydantic-settings hands on a
+    ``.env`` file's other lines too, as extra values for ``extra="ignore"`` to drop; an
+    unprefixed ``SCHEMA=`` or ``DB_SCHEMA=`` line among them would reach
+    ``ActaSettings._schema_by_name`` (and did move acta's tables in older releases)."""
 
-    Plain pydantic validates what this finds (``ActaSettings``): pydantic-settings did the
-    same reading for 30 ms of every worker's start-up (docs/performance.md), and
-    python-dotenv is imported only when a ``.env`` file exists."""
-    names = {f"{ENV_PREFIX}{field}".upper(): field for field in ActaSettings.model_fields}
-    names.pop(f"{ENV_PREFIX}DB_SCHEMA")
-    names[f"{ENV_PREFIX}SCHEMA"] = "db_schema"
-    sources: list[Mapping[str, str | None]] = []
-    if os.path.isfile(DOTENV):
-        from dotenv import dotenv_values
+    def __init__(self, source: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
 
-        sources.append(dotenv_values(DOTENV, encoding="utf-8"))
-    sources.append(os.environ)
-    found: dict[str, str] = {}
-    for source in sources:
-        for key, value in source.items():
-            field = names.get(key.upper())
-            if field is not None and value is not None:
-                found[field] = value
-    return found
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        known = {SCHEMA_VARIABLE, *(n for n in self.settings_cls.model_fields if n != "db_schema")}
+        return {key: value for key, value in self._source().items() if key in known}
 
 
-class ActaSettings(BaseModel):
-    """acta-sqla's settings: each field from its ``ACTA_*`` environment variable (or
-    ``.env``, see :func:`environment`) unless given; ``ACTA_SCHEMA`` for ``db_schema``."""
+class ActaSettings(BaseSettings):
+    """acta-sqla's settings: each field from its ``ACTA_*`` environment variable or the
+    ``.env`` file of the current folder (the environment wins) unless given; ``ACTA_SCHEMA``
+    sets ``db_schema``. Names match without regard to case; nothing unprefixed is read.
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    Also usable as a nested model of an application's own settings (docs/operating.md)::
+
+        class AppSettings(BaseSettings):
+            model_config = SettingsConfigDict(env_prefix="APP_", env_nested_delimiter="__")
+            acta: ActaSettings = Field(default_factory=ActaSettings)
+
+    where ``APP_ACTA__NAMESPACE`` (or ``APP_ACTA__SCHEMA``) sets the nested value."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=DOTENV,
+        env_file_encoding="utf-8",
+        case_sensitive=False,
+        extra="ignore",
+        frozen=True,
+    )
 
     database_url: str | None = Field(
         default=None,
@@ -257,10 +273,12 @@ class ActaSettings(BaseModel):
     app: str | None = Field(default=None, description="`module:attribute` of the Acta instance.")
     db_schema: str = Field(
         default="acta",
-        # The environment variable is ACTA_SCHEMA (not ACTA_DB_SCHEMA: see environment());
-        # the code passes ``db_schema=``. Never an unprefixed name: reading SCHEMA or
+        # The environment variable is ACTA_SCHEMA, the alias (pydantic-settings reads an
+        # alias as the variable's whole name); the code passes ``db_schema=`` (see
+        # _schema_by_name). No unprefixed alias and no populate_by_name: reading SCHEMA or
         # DB_SCHEMA moved acta's tables when an unrelated variable had that name (issue 14,
-        # item 6).
+        # item 6), and populate_by_name would read ACTA_DB_SCHEMA too.
+        validation_alias=SCHEMA_VARIABLE,
         description="PostgreSQL schema holding acta's tables.",
     )
     heartbeat_interval: Annotated[float, Field(gt=0, le=3600)] = Field(
@@ -279,16 +297,33 @@ class ActaSettings(BaseModel):
         default_factory=default_data_dir, description="Data folder of the embedded PostgreSQL."
     )
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """pydantic-settings' own sources, in its order (given, environment, ``.env``,
+        secrets), the ``.env`` file's limited to acta's variables."""
+        dotenv = _OnlyActaVariables(dotenv_settings)
+        return init_settings, env_settings, dotenv, file_secret_settings
+
     @model_validator(mode="before")
     @classmethod
-    def _read_environment(cls, data: Any) -> Any:
-        """What is given wins; every other field comes from the environment if set there."""
-        if not isinstance(data, Mapping):
+    def _schema_by_name(cls, data: Any) -> Any:
+        """``db_schema=`` (the code's spelling) or ``schema`` (a nested model's
+        ``APP_ACTA__SCHEMA``) set the field too, and beat ``ACTA_SCHEMA``: only the
+        environment and ``.env`` give that key, and what is given wins over them."""
+        if not isinstance(data, Mapping) or not any(k in data for k in _SCHEMA_KEYS):
             return data
         given = dict(data)
-        if "ACTA_SCHEMA" in given:  # the alias, as pydantic-settings accepted it
-            given["db_schema"] = given.pop("ACTA_SCHEMA")
-        return {**environment(), **given}
+        for key in reversed(_SCHEMA_KEYS):  # db_schema beats schema
+            if key in given:
+                given[SCHEMA_VARIABLE] = given.pop(key)
+        return given
 
     @field_validator("namespace")
     @classmethod
@@ -373,11 +408,12 @@ def describe_validation_error(
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "value"
-        env = loc.upper() if loc.upper().startswith("ACTA_") else f"ACTA_{loc.upper()}"
-        env = "ACTA_SCHEMA" if env == "ACTA_DB_SCHEMA" else env
+        # db_schema is validated under its alias, ACTA_SCHEMA: the option is --schema.
+        field = "db_schema" if loc.upper() == SCHEMA_VARIABLE else loc
+        env = SCHEMA_VARIABLE if field == "db_schema" else f"{ENV_PREFIX}{loc.upper()}"
         message = err["msg"].removeprefix("Value error, ")
         given = err.get("input")
         if env == "ACTA_DATABASE_URL" and isinstance(given, str):
             given = masked_url(given)  # never print a password
-        parts.append(f"{(options or {}).get(loc, env)}={given!r}: {message}")
+        parts.append(f"{(options or {}).get(field, env)}={given!r}: {message}")
     return "invalid setting " + "; ".join(parts)

@@ -17,11 +17,11 @@ from typing import Any
 import asyncpg
 
 from .database import asyncpg_dsn
-from .errors import StatementRefused, StoreUnavailable
+from .errors import ConfigurationError, StatementRefused, StoreUnavailable
 from .queries import complete
 from .queries.schedules import DECLARED
 from .queries.worker import WorkerSQL
-from .schedules import Schedule
+from .schedules import NoTick, Schedule, plan_fires
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
 from .status import JobStatus
 from .values import (
@@ -95,6 +95,9 @@ def app_name(role: str, worker_id: object = None) -> str:
     """A connection's ``application_name``: ``acta:<role>:<worker id>`` once the worker
     has an id, so an operator (or a test) finds every connection of one worker."""
     return f"acta:{role}" if worker_id is None else f"acta:{role}:{worker_id}"
+
+
+DEADLOCK_DETECTED = "40P01"
 
 
 class RoleConnection:
@@ -228,11 +231,25 @@ class Definitions:
     overrides: dict[str, dict[str, Any]]
 
 
+MAX_CHANNEL_BYTES = 63
+"""PostgreSQL's longest channel name (NAMEDATALEN - 1); a worker's is ``<schema>.<namespace>``
+(the namespace rule leaves room for the default schema, ``acta``)."""
+
+
 class WorkerStore:
     """What a worker's stages call. Each stage has its own connection, so a busy claim never
     delays a completion write or a heartbeat."""
 
     def __init__(self, url: str, schema: str, namespace: str, timings: Timings) -> None:
+        channel = f"{schema}.{namespace}"
+        if len(channel.encode()) > MAX_CHANNEL_BYTES:
+            # Every insert of a job notifies this channel: PostgreSQL would refuse each
+            # enqueue at its commit ("channel name too long"), and the LISTEN hear nothing.
+            raise ConfigurationError(
+                f"schema {schema!r} and namespace {namespace!r} name the NOTIFY channel "
+                f"{channel!r}, {len(channel.encode())} bytes; PostgreSQL takes at most "
+                f"{MAX_CHANNEL_BYTES}: shorten the namespace or the schema"
+            )
         dsn = asyncpg_dsn(url)
         self.sql = WorkerSQL(schema)
         self.namespace = namespace
@@ -434,6 +451,15 @@ class WorkerStore:
             rows = await self.claim_conn.fetch(self.sql.next_due_in, self.namespace)
         return rows[0][0] if rows else None
 
+    async def bounced_due_in(self, kinds: Sequence[str]) -> float | None:
+        """Seconds until the earliest job of ``kinds`` that admission bounced is due again
+        (negative: due now), None when none waits (``queries.claim.bounced_due_in``)."""
+        active = [k for k in kinds if k not in self.paused]
+        if not active:
+            return None
+        rows = await self.admin_conn.fetch(self.sql.bounced_due_in, self.namespace, active)
+        return rows[0][0] if rows else None
+
     async def complete_executions(self, batch: Sequence[Completion]) -> set[int]:
         """Write every completion of ``batch`` in one round trip; the ids of the jobs whose
         write applied (the others' leases were lost, or an earlier try landed)."""
@@ -515,12 +541,23 @@ class WorkerStore:
         """Store the code's schedules; the names of the namespace's schedules it dropped."""
         rows = [s.row() for s in schedules]
         columns = ("name", *DECLARED)
-        found = await self.admin_conn.fetch(
-            self.sql.store_schedules, self.namespace, *([r[c] for r in rows] for c in columns)
-        )
+        for attempt in range(1, 4):
+            try:
+                found = await self.admin_conn.fetch(
+                    self.sql.store_schedules,
+                    self.namespace,
+                    *([r[c] for r in rows] for c in columns),
+                )
+                break
+            except StatementRefused as exc:
+                # Its DELETE locks dropped schedules' rows in no set order, and a completion
+                # batch with fires of two of them holds their rows FOR SHARE: PostgreSQL
+                # may end one of the two as a deadlock; a start-up must not fail on it.
+                if exc.sqlstate != DEADLOCK_DETECTED or attempt == 3:
+                    raise
         dropped = [r[0] for r in found]
         if dropped:
-            await self.admin_conn.execute(self.sql.cancel_dropped_fires, self.namespace, dropped)
+            await self.admin_conn.execute(self.sql.cancel_unstarted_fires, self.namespace, dropped)
         return dropped
 
     def db_now(self) -> datetime:
@@ -529,25 +566,30 @@ class WorkerStore:
         depend on a skewed host clock."""
         return datetime.fromtimestamp(self.wall() + self.clock_offset, UTC)
 
-    async def ensure_fires(self, schedules: Mapping[str, Schedule]) -> list[tuple[str, Any]]:
+    async def ensure_fires(
+        self,
+        schedules: Mapping[str, Schedule],
+        stuck: Callable[[NoTick], None] | None = None,
+    ) -> list[tuple[str, Any]]:
         """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:
         its first tick to come if it never fired, else its last fire's successor (the
-        missed policy). Under the schedules' locks, re-checked: exactly one chain each."""
+        missed policy). Under the schedules' locks, re-checked: exactly one chain each.
+        A schedule whose tick cannot be computed (``schedules.plan_fires``) is handed to
+        ``stuck`` and gets no fire; every other one still does."""
         asked = self.wall()
         rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
         now = rows[0]["now"]  # the database's clock: a skewed host must not skip ticks
         self.clock_offset = now.timestamp() - (asked + self.wall()) / 2
-        names, ticks = [], []
-        for _, name, last in rows:
-            if name is None:
-                continue  # no schedule without a pending fire: now() alone
-            spec = schedules.get(name)
-            if spec is None:
-                continue  # another version of the code declares it: its workers keep it
-            names.append(name)
-            ticks.append(spec.first(now) if last is None else spec.successor(last, now))
-        if not names:
+        unfired = [(r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"]) for r in rows]
+        # A NULL name: no schedule without a pending fire (the row carries now() alone).
+        planned, failed = plan_fires((u for u in unfired if u[0] is not None), schedules, now)
+        for exc in failed:
+            if stuck is not None:
+                stuck(exc)
+        if not planned:
             return []
+        names = [name for name, _ in planned]
+        ticks = [tick for _, tick in planned]
         _, inserted = await self.admin_conn.fetch_together(
             [
                 (self.sql.lock_schedules, (self.namespace, names)),

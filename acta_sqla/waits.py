@@ -13,22 +13,18 @@ the same batched statement as every other completion (queries/complete.py).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from . import durations
 from .errors import InvalidJob
+from .policy import Refused, check_key, shown
 
 if TYPE_CHECKING:
     from .models import Job
 
-MAX_SIGNAL_TIMEOUT = 366 * 24 * 3600.0
-"""The longest signal wait with a timeout, in seconds (a year); ``timeout=None``: no limit."""
-
-MAX_SIGNAL_NAME = 200
-"""The longest signal name, in characters."""
 
 MAX_CHILDREN = 100_000
 """The most children one ``WaitForChildren`` may spawn (they travel in one completion)."""
@@ -43,22 +39,23 @@ class WaitForSignal:
     timeout: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name or len(self.name) > MAX_SIGNAL_NAME:
-            raise InvalidJob(
-                f"WaitForSignal: name must be a non-empty string of at most {MAX_SIGNAL_NAME} "
-                f"characters, got {self.name!r}"
-            )
+        try:
+            # acta.signal's rule: a name the completion could not store (a NUL, a lone
+            # surrogate) failed the job for good at its completion; refused here, the
+            # attempt fails under its budget with InvalidJob.
+            check_key(self.name)
+        except Refused as why:
+            raise InvalidJob(f"WaitForSignal: name={shown(self.name)} {why}") from None
         t = self.timeout
-        if t is not None and (
-            isinstance(t, bool)
-            or not isinstance(t, int | float)
-            or not math.isfinite(t)
-            or not 0 < t <= MAX_SIGNAL_TIMEOUT
-        ):
-            raise InvalidJob(
-                f"WaitForSignal({self.name!r}): timeout must be seconds > 0 and at most "
-                f"{MAX_SIGNAL_TIMEOUT:g} (a year), or None for no timeout; got {t!r}"
-            )
+        if t is not None:
+            checked = durations.seconds(t, positive=True)
+            if checked is None:
+                raise InvalidJob(
+                    f"WaitForSignal({self.name!r}): timeout "
+                    f"{durations.rule(positive=True)}, or None for no timeout; "
+                    f"got {shown(t)}"
+                )
+            object.__setattr__(self, "timeout", checked)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,14 @@ worker --app benchmarks.app:acta`` is started (the ``acta`` script of this inter
 environment, run from the checkout given, so a second checkout's code is measured with the
 same interpreter and dependencies); once the job has succeeded the worker is stopped and
 the job's ``claimed_at`` and ``finished_at`` (server clock, same machine) give spawn to
-first claim and spawn to first completion. With several ``--checkout``, spawns alternate
-between them, so machine noise hits each alike.
+first claim and spawn to first completion; the worker's CPU (user + sys, from ``wait4``,
+start to exit) is read too. With several ``--checkout``, spawns alternate between them (the
+order reversed every other round), so machine noise hits each alike, and the medians of the
+per-round ratios to the first checkout are printed.
 
 Also printed: the import of the worker command's module alone (``-X importtime``'s total:
-``acta_sqla.cli.launch``, or ``acta_sqla.cli.worker`` in a checkout older than it), the
-part of start-up that is imports.
+``acta_sqla.cli.worker``, or ``acta_sqla.cli.launch`` in a checkout that had the worker's
+own Typer-free parser, issue 16 to issue 28), the part of start-up that is imports.
 
 Needs a PostgreSQL server (``--dsn``, a role that may CREATE DATABASE); the scratch
 database ``acta_startup_bench`` is dropped first and at the end. Each checkout's schema
@@ -60,8 +62,9 @@ def acta_command() -> list[str]:
 
 
 def worker_module(checkout: Path) -> str:
-    """The module ``acta worker`` runs from: ``acta_sqla.cli.launch`` (its Typer-free path,
-    since the third pass of issue 16), or ``acta_sqla.cli.worker`` in an older checkout."""
+    """The module ``acta worker`` runs from: ``acta_sqla.cli.worker`` (its Typer command),
+    or ``acta_sqla.cli.launch`` in a checkout between the third pass of issue 16 and issue
+    28, when a hand-written parser started the worker without Typer."""
     launch = checkout / "acta_sqla" / "cli" / "launch.py"
     return "acta_sqla.cli.launch" if launch.exists() else "acta_sqla.cli.worker"
 
@@ -83,8 +86,10 @@ def import_ms(checkout: Path) -> float:
     raise RuntimeError(f"no import time for {module} in:\n{done.stderr[-2000:]}")
 
 
-async def one_spawn(conn: asyncpg.Connection, url: str, checkout: Path) -> tuple[float, float]:
-    """(spawn to first claim, spawn to first completion), seconds."""
+async def one_spawn(
+    conn: asyncpg.Connection, url: str, checkout: Path
+) -> tuple[float, float, float]:
+    """(spawn to first claim, spawn to first completion, the worker's CPU), seconds."""
     await conn.execute("TRUNCATE acta.job, acta.execution")
     job = await conn.fetchval(
         "INSERT INTO acta.job (namespace, kind, args) VALUES ($1, 'noop', '{}') RETURNING id",
@@ -109,19 +114,24 @@ async def one_spawn(conn: asyncpg.Connection, url: str, checkout: Path) -> tuple
                 job,
             )
             if row is not None:
-                return row["claimed"] - t0, row["finished"] - t0
+                break
             if proc.poll() is not None:
                 raise RuntimeError(f"the worker exited: {proc.stderr.read()[-2000:]!r}")  # type: ignore[union-attr]
             if time.monotonic() > deadline:
                 raise RuntimeError("no completion within 30 s")
             await asyncio.sleep(0.01)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        if proc.returncode is None:  # not reaped by poll() above
+            proc.send_signal(signal.SIGTERM)
+            wait = asyncio.to_thread(os.wait4, proc.pid, 0)
+            _, status, usage = await asyncio.wait_for(wait, 30)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+    return row["claimed"] - t0, row["finished"] - t0, usage.ru_utime + usage.ru_stime
 
 
-Spawn = Callable[[Path], Awaitable[tuple[float, float]]]
-"""Spawns a worker from a checkout: (spawn to first claim, spawn to first completion), s."""
+Spawn = Callable[[Path], Awaitable[tuple[float, float, float]]]
+"""Spawns a worker from a checkout: (spawn to first claim, spawn to first completion, the
+worker's CPU), s."""
 
 
 @asynccontextmanager
@@ -144,8 +154,8 @@ async def medians(dsn: str, spawns: int, checkout: Path) -> dict[str, float]:
         await spawn(checkout)  # warm the page cache
         got = [await spawn(checkout) for _ in range(spawns)]
     return {
-        "claim_ms": statistics.median(c for c, _ in got) * 1000,
-        "done_ms": statistics.median(d for _, d in got) * 1000,
+        "claim_ms": statistics.median(c for c, _, _ in got) * 1000,
+        "done_ms": statistics.median(d for _, d, _ in got) * 1000,
     }
 
 
@@ -154,34 +164,45 @@ async def main_async(dsn: str, spawns: int, checkouts: list[Path]) -> None:
         byte_compile(checkout)
     async with spawner(dsn) as spawn:
         figures: dict[Path, dict[str, list[float]]] = {
-            c: {"claim": [], "done": [], "import": []} for c in checkouts
+            c: {"claim": [], "done": [], "cpu": [], "import": []} for c in checkouts
         }
         await spawn(checkouts[0])  # warm the page cache
         for i in range(spawns):
-            for c in checkouts:
-                claim, done = await spawn(c)
+            for c in checkouts if i % 2 == 0 else checkouts[::-1]:
+                claim, done, cpu = await spawn(c)
                 figures[c]["claim"].append(claim * 1000)
                 figures[c]["done"].append(done * 1000)
+                figures[c]["cpu"].append(cpu * 1000)
                 figures[c]["import"].append(import_ms(c))
             print(
                 f"spawn {i + 1}: "
                 + "  ".join(
                     f"{c.name or c}: claim {f['claim'][-1]:.0f} ms, done {f['done'][-1]:.0f}"
-                    f" ms, import {f['import'][-1]:.0f} ms"
+                    f" ms, cpu {f['cpu'][-1]:.0f} ms, import {f['import'][-1]:.0f} ms"
                     for c, f in figures.items()
                 ),
                 flush=True,
             )
     print(f"\nmedians of {spawns} spawns (min-max):")
+    labels = (
+        ("claim", "spawn to first claim"),
+        ("done", "spawn to first completion"),
+        ("cpu", "worker CPU"),
+        ("import", "import of the worker command"),
+    )
+    first = figures[checkouts[0]]
     for c, f in figures.items():
         cells = []
-        for key, label in (
-            ("claim", "spawn to first claim"),
-            ("done", "spawn to first completion"),
-            ("import", "import of the worker command"),
-        ):
+        for key, label in labels:
             v = f[key]
-            cells.append(f"{label} {statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f})")
+            cell = f"{label} {statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f})"
+            if c != checkouts[0]:
+                ratios = [x / y for x, y in zip(v, first[key], strict=True)]
+                cell += (
+                    f" = {statistics.median(ratios):.2f}x per round"
+                    f" ({min(ratios):.2f}-{max(ratios):.2f})"
+                )
+            cells.append(cell)
         print(f"  {c}: " + "; ".join(cells))
 
 

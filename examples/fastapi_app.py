@@ -4,8 +4,11 @@ Run it (against ACTA_DATABASE_URL, or the embedded PostgreSQL when that is unset
 
     uvicorn examples.fastapi_app:app
     curl -s localhost:8000/signup -H 'content-type: application/json' \\
-         -d '{"email": "ada@example.com"}'                      # {"user_id": 1, "job_id": 1}
-    curl -s localhost:8000/jobs/1                              # ... "status": "succeeded" ...
+         -d '{"email": "ada@example.com"}'                    # {"user_id":1,"job_id":254}
+    curl -s localhost:8000/jobs/254      # the job_id it answered: ... "status":"succeeded" ...
+
+``python examples/fastapi_app.py`` runs the same app in-process, with its lifespan, and
+makes those requests itself through httpx (``pip install httpx``), printing the answers.
 
 Start-up migrates acta's schema, creates the app's own ``users`` table and starts an acta
 worker inside the web process, so that uvicorn alone runs the jobs. The production shape is
@@ -157,3 +160,29 @@ async def get_job(job_id: int, session: DbSession) -> JobOut:
     return JobOut(
         id=job.id, kind=job.kind, status=job.status, attempts=job.attempts, result=job.result
     )
+
+
+async def main() -> None:
+    """Sign two users up (the second one failing after its enqueue) and wait for the first
+    one's welcome mail, as a client of the app would."""
+    import httpx
+
+    transport = httpx.ASGITransport(app=app)
+    async with lifespan(app), httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+        email = f"ada-{os.getpid()}@example.com"  # a new user at every run
+        signed_up = (await client.post("/signup", json={"email": email})).json()
+        print("signed up:", sorted(signed_up))
+        for _ in range(200):  # the in-process worker runs the job meanwhile
+            job = (await client.get(f"/jobs/{signed_up['job_id']}")).json()
+            if job["status"] in ("succeeded", "failed", "cancelled"):
+                break
+            await asyncio.sleep(0.05)
+        print(f"welcome job: {job['status']}, sent: {job['result']['sent']}")
+        failed = await client.post(
+            "/signup", json={"email": "grace@example.com", "fail_after_enqueue": True}
+        )
+        print(f"failed sign-up: {failed.status_code}, {failed.json()['detail']}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -98,12 +98,15 @@ def cli_namespace(given: str | None) -> str:
 
 def configure_logging(level: str = "INFO") -> None:
     """Send acta's logs to stderr, one short line each. Only the CLI does this: the library
-    itself never configures log sinks."""
+    itself never configures log sinks. A line about a job ends with its id, kind, attempt
+    and trace id (``acta_sqla.logging.worker_format``)."""
+    from ..logging import worker_format
+
     logger.remove()
     logger.add(
         sys.stderr,
         level=level,
-        format="<dim>{time:HH:mm:ss}</dim> <level>{level: <7}</level> {message}",
+        format=worker_format,
         backtrace=False,
         diagnose=False,
     )
@@ -208,20 +211,6 @@ def _failure(
     if isinstance(exc, _user_errors()):
         return describe_error(exc), failure
     return None
-
-
-def exit_on_user_error(call: Callable[[], R], command: str) -> R:
-    """``call()`` outside Typer (``acta worker``'s own path) with :func:`run_cli`'s rules:
-    a user's mistake is ``<command>: <what went wrong>`` on stderr and a non-zero exit."""
-    try:
-        return call()
-    except (Exception, KeyboardInterrupt) as exc:
-        found = _failure(exc)
-        if found is None:
-            raise
-        message, code = found
-        print(f"{command}: {message}", file=sys.stderr, flush=True)
-        raise SystemExit(code) from None
 
 
 def command_path(fn: Callable[..., Any]) -> str:

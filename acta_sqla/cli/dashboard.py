@@ -2,12 +2,17 @@
 
 It binds 127.0.0.1 unless told otherwise; any other address needs a password
 (``ACTA_DASHBOARD_PASSWORD``), and without one the command refuses to start: a dashboard
-that can cancel and delete jobs is never open to a network by accident.
+that can cancel and delete jobs is never open to a network by accident. Its settings
+(``ACTA_DASHBOARD_*``) come from the environment and ``.env`` alike (pydantic-settings):
+a password written in ``.env`` is asked for like one in the environment.
+
+It answers only requests whose ``Host`` names the address it is bound to (for loopback:
+``localhost``, ``127.0.0.1``, ``::1``), or one of ``ACTA_DASHBOARD_ALLOWED_HOSTS``: a web
+page whose name resolves to 127.0.0.1 (DNS rebinding) cannot reach it from a browser.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Annotated
 
@@ -17,7 +22,6 @@ from ._common import EXIT_CONFIGURATION, cli_namespace, fail, run_cli
 from .db import DatabaseUrl, _database
 
 PASSWORD_ENV = "ACTA_DASHBOARD_PASSWORD"
-SECRET_ENV = "ACTA_DASHBOARD_SECRET"
 
 
 @run_cli
@@ -32,12 +36,33 @@ def dashboard(
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Show everything, allow no action.")
     ] = False,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only-namespaces",
+            help="Comma-separated: the only namespaces shown, ?ns= cannot leave them "
+            "(default: ACTA_DASHBOARD_NAMESPACES; empty = all).",
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Serve the web dashboard: see, search, retry and cancel jobs."""
-    from ..dashboard.security import is_loopback
+    try:
+        from ..dashboard.security import hosts_for_bind, is_loopback
+        from ..dashboard.settings import DashboardSettings, settings_problem
+    except ImportError as exc:
+        fail(
+            f"the dashboard needs the 'dashboard' extra ({exc.name} is missing): "
+            "pip install 'acta-sqla[dashboard]'",
+            command="acta dashboard",
+        )
+    from pydantic import ValidationError
 
-    password = os.environ.get(PASSWORD_ENV) or None
+    try:
+        board = DashboardSettings(**({"namespaces": only} if only is not None else {}))
+    except ValidationError as exc:
+        fail(settings_problem(exc), EXIT_CONFIGURATION, "acta dashboard")
+    password = board.password.get_secret_value() if board.password else None
     if not is_loopback(host) and password is None:
         fail(
             f"refusing to listen on {host}: set {PASSWORD_ENV} (the dashboard's password) "
@@ -58,14 +83,26 @@ def dashboard(
     from loguru import logger
 
     chosen = cli_namespace(namespace) if namespace is not None else None
+    pinned = board.namespaces
+    hosts = board.allowed_hosts or tuple(hosts_for_bind(host))
     with _database(database_url, None) as (settings, url, where):
+        first = chosen or settings.namespace
+        if pinned and chosen is None and first not in pinned:
+            first = pinned[0]
+        if pinned and first not in pinned:
+            fail(
+                f"--namespace {first} is not one of the namespaces shown "
+                f"({', '.join(pinned)}): add it to --only-namespaces",
+                EXIT_CONFIGURATION,
+                "acta dashboard",
+            )
         app = acta_dashboard(
             url,
-            namespace=chosen or settings.namespace,
+            namespace=first,
             schema=settings.db_schema,
             read_only=read_only,
-            password=password,
-            secret=os.environ.get(SECRET_ENV) or None,
+            allowed_hosts=hosts,
+            settings=board,
         )
         listening = _listen(host, port)
         shown = f"[{host}]" if ":" in host else host

@@ -20,7 +20,10 @@ from ._common import load_cli_settings, on_database, run_cli, shown_url
 app = typer.Typer(
     name="db",
     no_args_is_help=True,
-    help="acta's schema: migrations (upgrade, downgrade, current) and the embedded PostgreSQL.",
+    help=(
+        "acta's schema: migrations (upgrade, downgrade, current), the database's URL (url) "
+        "and the embedded PostgreSQL (stop)."
+    ),
 )
 
 DatabaseUrl = Annotated[
@@ -116,14 +119,37 @@ def current(database_url: DatabaseUrl = None, schema: Schema = None) -> None:
     typer.echo(_label(revision))
 
 
+DataDir = Annotated[
+    Path | None,
+    typer.Option(help="Data folder of the embedded PostgreSQL (default: ACTA_DATA_DIR)."),
+]
+
+
 @app.command()
 @run_cli
-def stop(
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(help="Data folder of the embedded PostgreSQL (default: ACTA_DATA_DIR)."),
-    ] = None,
+def url(
+    show_password: Annotated[
+        bool, typer.Option("--show-password", help="Print the password instead of ***.")
+    ] = False,
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
 ) -> None:
+    """Print the URL acta uses (ACTA_DATABASE_URL, else the embedded server's), password masked.
+
+    Starts the embedded PostgreSQL if it is not running: psql "$(acta db url)" reaches it."""
+    settings = load_cli_settings(database_url=database_url, data_dir=data_dir)
+    if settings.database_url:
+        found = settings.database_url
+    else:
+        folder = settings.data_dir.expanduser().resolve()
+        with on_database(f"the embedded PostgreSQL in {folder}"):
+            found = embedded.start(folder)
+    typer.echo(found if show_password else shown_url(found))
+
+
+@app.command()
+@run_cli
+def stop(data_dir: DataDir = None) -> None:
     """Stop the embedded PostgreSQL (a server named by a URL is never touched)."""
     settings = load_cli_settings(data_dir=data_dir)
     folder = settings.data_dir.expanduser().resolve()

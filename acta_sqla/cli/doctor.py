@@ -71,6 +71,8 @@ async def _examine(url: str, settings: ActaSettings) -> Report:
                 namespace=settings.namespace,
                 schema=settings.db_schema,
                 timings=settings.timings,
+                # Named by --namespace or ACTA_NAMESPACE (a .env too), not the default.
+                namespace_given="namespace" in settings.model_fields_set,
             )
     finally:
         await engine.dispose()

@@ -49,7 +49,14 @@ def _run(database_url: str | None, work: Callable[[AsyncSession], Awaitable[T]])
 
 
 def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+    if value is None:
+        return "-"
+    # The readers clamp a timestamp out of Python's range (queries.inspect._shown_time).
+    if value.year >= 9999:
+        return "beyond year 9999"
+    if value.year <= 1 and value.month == 1 and value.day <= 2:
+        return "before 0001-01-02"
+    return str(value.strftime("%Y-%m-%d %H:%M:%S"))
 
 
 @app.command("ls")
@@ -136,13 +143,26 @@ def show(
 @run_cli
 def cancel(
     job_id: Annotated[int, typer.Argument(help="The job's id.")],
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help="Why (stored with the job, shown by the dashboard)."),
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Cancel a job: at once if it is ready or waiting; an executing one is cancelled by its
-    worker's next heartbeat."""
+    worker's next heartbeat. Who cancelled it (your OS user) and why are stored with it."""
     from ..app import Acta
+    from ..session import MAX_CANCEL_REASON, cancel_note
 
-    outcome = _run(database_url, lambda s: Acta(allow_unknown_kinds=True).cancel(s, job_id))
+    try:
+        why = cancel_note("--reason", reason, MAX_CANCEL_REASON)
+    except ValueError as exc:
+        fail(str(exc), command="acta jobs cancel")
+    by = _os_user()
+    outcome = _run(
+        database_url,
+        lambda s: Acta(allow_unknown_kinds=True).cancel(s, job_id, reason=why, by=by),
+    )
     messages = {
         "cancelled": f"job {job_id} cancelled",
         "requested": f"job {job_id} is executing: cancel requested (its worker stops it "
@@ -154,6 +174,17 @@ def cancel(
         fail(f"job {job_id} has already finished; nothing to cancel", command="acta jobs cancel")
     else:
         fail(f"no job with id {job_id}", command="acta jobs cancel")
+
+
+def _os_user() -> str:
+    """Who runs the command, as a cancel records it: "alice (cli)", else "cli"."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in the environment or the password database
+        return "cli"
+    return f"{user} (cli)" if user and "\x00" not in user else "cli"
 
 
 @app.command()
@@ -231,7 +262,7 @@ def status(
     if namespace is None:
         summaries = _run(database_url, lambda session: inspect.namespace_summaries(session))
         if not summaries:
-            typer.echo("no namespaces yet (a worker registers its namespace when it starts)")
+            typer.echo("no namespaces yet (no jobs, workers or definitions in this database)")
             return
         typer.echo(f"{'namespace':<24}" + "".join(f"{s:>11}" for s in statuses) + "    workers")
         for ns, depth, alive in summaries:
@@ -279,3 +310,11 @@ def demo(
         migrate.upgrade(url, "head", settings.db_schema)
         typer.echo(f"database: {where}")
         asyncio.run(run_demo(settings, url, users))
+    if not settings.database_url:
+        # Started on demand, the embedded server outlives the command (the next one is quick):
+        # say so, and how to stop it, rather than leave a PostgreSQL running unannounced.
+        folder = settings.data_dir.expanduser().resolve()
+        typer.echo(
+            f"the embedded PostgreSQL in {folder} keeps running for the next command; "
+            "stop it with `acta db stop`"
+        )

@@ -1,23 +1,42 @@
-"""`acta worker`: run jobs until SIGTERM/SIGINT."""
+"""``acta worker``: run jobs until SIGTERM/SIGINT.
+
+Parsed by its Typer command like every other: ``acta`` builds only the command it runs
+(``commands.py``), so a worker's start imports Typer and this module, and none of the
+other commands, SQLAlchemy, Alembic or the dashboard (tests/e2e/test_startup.py).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import math
+import os
+import signal
+import sys
+import threading
 from typing import Annotated
 
 import typer
+from loguru import logger
 
-from ..settings import DEFAULT_GRACE_SECONDS
+from ..app import Acta
+from ..errors import ConfigurationError, WorkerCrashed
+from ..settings import DEFAULT_GRACE_SECONDS, load_settings
 from ._common import run_cli
-from .launch import WorkerOptions, load_app, run_worker, serve
 
-__all__ = ["load_app", "run_worker", "worker"]
+__all__ = ["load_app", "run_worker", "serve", "worker"]
 
 
 @run_cli
 def worker(
     app: Annotated[
         str | None,
-        typer.Option("--app", "-a", envvar="ACTA_APP", help="module:attribute of your Acta."),
+        typer.Option(
+            "--app",
+            "-a",
+            envvar="ACTA_APP",
+            help="module:attribute of your Acta (ACTA_APP: also in .env).",
+        ),
     ] = None,
     executors: Annotated[
         int | None,
@@ -35,4 +54,133 @@ def worker(
     ] = False,
 ) -> None:
     """Run jobs until SIGTERM/SIGINT (the second signal cancels running handlers)."""
-    serve(WorkerOptions(app, executors, namespace, grace, burst))
+    serve(app, executors=executors, namespace=namespace, grace=grace, burst=burst)
+
+
+def serve(
+    app: str | None,
+    *,
+    executors: int | None = None,
+    namespace: str | None = None,
+    grace: float = DEFAULT_GRACE_SECONDS,
+    burst: bool = False,
+) -> None:
+    """Run the worker of the app ``module:attribute`` (None: ``ACTA_APP``, from the
+    environment or ``.env``) until SIGTERM/SIGINT, or until idle with ``burst``."""
+    if executors is not None and not 1 <= executors <= 1024:
+        raise ConfigurationError(f"--executors {executors}: must be between 1 and 1024")
+    # NaN compares false with everything: it would pass ``< 0`` and then end the grace at
+    # once. inf is a grace (running handlers may run to their end, each bounded by its own
+    # timeout; a second signal still cancels them), as a large finite number would be.
+    if math.isnan(grace) or grace < 0:
+        raise ConfigurationError(f"--grace {grace:g}: must be >= 0 seconds")
+    # ACTA_APP is a setting like the others: Typer reads the environment (envvar), the
+    # settings the .env file of the current folder too.
+    acta = load_app(app or load_settings().app)
+    runner = _runner()
+    runner(run_worker(acta, executors=executors, namespace=namespace, grace=grace, burst=burst))
+    _exit_past_stuck_threads()
+
+
+def load_app(spec: str | None) -> Acta:
+    """Import ``module:attribute`` and return the Acta it names."""
+    if not spec:
+        raise ConfigurationError(
+            "no app given: pass --app module:attribute (e.g. --app myproject.jobs:acta) or set "
+            "ACTA_APP (in the environment or .env)"
+        )
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(
+            f"--app {spec!r}: expected module:attribute, e.g. myproject.jobs:acta"
+        )
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"--app {spec!r}: cannot import module {module_name!r} ({exc}); run from the "
+            "folder that holds it or fix PYTHONPATH"
+        ) from None
+    try:
+        app = getattr(module, attr)
+    except AttributeError:
+        raise ConfigurationError(
+            f"--app {spec!r}: module {module_name!r} has no attribute {attr!r}"
+        ) from None
+    if not isinstance(app, Acta):
+        raise ConfigurationError(
+            f"--app {spec!r} names a {type(app).__name__}, not an acta_sqla.Acta"
+        )
+    return app
+
+
+async def run_worker(
+    app: Acta,
+    *,
+    executors: int | None = None,
+    namespace: str | None = None,
+    grace: float = DEFAULT_GRACE_SECONDS,
+    burst: bool = False,
+) -> None:
+    from ..worker import Worker
+
+    given = {"executors": "--executors"} | ({"namespace": "--namespace"} if namespace else {})
+    settings = load_settings(given, executors=executors, namespace=namespace or app.namespace)
+    worker = Worker(app, settings, grace=grace, burst=burst)
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        name = signal.Signals(signum).name
+        if signals == 1:
+            logger.bind(stage="worker").info(
+                "{} received: stopping (running handlers get {}; send again to cancel them)",
+                name,
+                f"{grace:g}s" if math.isfinite(grace) else "as long as they need",
+            )
+            worker.request_stop()
+        else:
+            logger.bind(stage="worker").warning("{} again: cancelling running handlers", name)
+            worker.force()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await worker.run()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    if worker.crashed:
+        raise WorkerCrashed("the worker stopped after an internal error (see the log above)")
+    if worker.stubborn:
+        # A handler that swallows its cancel would hang the event loop's own shutdown (which
+        # cancels and awaits every task) forever. The worker has flushed its completions,
+        # closed its connections and marked itself stopped: leave now; the stubborn rows
+        # come back through recovery when their lease runs out.
+        _exit_now(0)
+
+
+def _runner():  # type: ignore[no-untyped-def]
+    try:
+        import uvloop
+
+        return uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.run
+
+
+def _exit_past_stuck_threads() -> None:
+    # A sync handler that ignores its timeout keeps its thread; the interpreter would join
+    # it at exit and hang. The worker's work is done and flushed, so leave now.
+    if any(t.is_alive() and t.name.startswith("acta-sync") for t in threading.enumerate()):
+        _exit_now(0)
+
+
+def _exit_now(status: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

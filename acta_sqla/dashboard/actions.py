@@ -12,11 +12,14 @@ if TYPE_CHECKING:
     from ..session import CancelOutcome
 
 
-async def cancel(session: AsyncSession, job_id: int) -> CancelOutcome:
-    """As ``Acta.cancel``: "cancelled", "requested", "finished" or "missing"."""
+async def cancel(
+    session: AsyncSession, job_id: int, *, by: str = "dashboard", reason: str | None = None
+) -> CancelOutcome:
+    """As ``Acta.cancel``: "cancelled", "requested", "finished" or "missing"; ``by`` and
+    ``reason`` are stored with the job."""
     from ..session import cancel as _cancel
 
-    return await session.run_sync(lambda s: _cancel(s, job_id))
+    return await session.run_sync(lambda s: _cancel(s, job_id, reason=reason, by=by))
 
 
 async def retry(session: AsyncSession, job_id: int) -> bool:
@@ -61,8 +64,8 @@ async def schedule(session: AsyncSession, namespace: str, name: str, op: str) ->
     conn = await _driver(session)
     schema = schema_of(session)
     if op == "pause":
-        rows = await conn.fetch(q.pause_schedule(schema), namespace, name)
-        return "paused" if rows else "schedule-missing"
+        paused = await schedules.pause(conn, schema, namespace, name)
+        return "paused" if paused else "schedule-missing"
     if op == "resume":
         tick = await schedules.resume(conn, schema, namespace, name)
         return "resumed" if tick is not None else "schedule-missing"
@@ -84,3 +87,23 @@ async def kind(session: AsyncSession, namespace: str, name: str, op: str) -> str
         return "resumed"
     except ConfigurationError:
         return "kind-missing"
+
+
+async def set_policy(
+    session: AsyncSession, namespace: str, name: str, fields: dict[str, str]
+) -> dict[str, Any]:
+    """As ``acta definitions set KIND field=value ...``: the same call, so the same checks
+    (``ConfigurationError`` naming the field and the value, nothing changed). Answers the
+    kind's overrides now stored."""
+    from ..app import Acta
+
+    acta = Acta(namespace, allow_unknown_kinds=True)
+    return await acta.set_policy(session, name, **fields)
+
+
+async def reset_policy(session: AsyncSession, namespace: str, name: str) -> dict[str, Any]:
+    """As ``acta definitions reset KIND``: every override of the kind dropped."""
+    from ..app import Acta
+
+    acta = Acta(namespace, allow_unknown_kinds=True)
+    return await acta.reset_policy(session, name)

@@ -149,6 +149,30 @@ def next_due_in(schema: str, paused_param: int | None = None) -> str:
         FROM {s}.job WHERE namespace = $1 AND status = 'ready'{skip}"""
 
 
+def bounced_due_in(schema: str) -> str:
+    """Seconds until the earliest *bounced* ready job of namespace $1 among kinds $2 is due
+    (negative: due already; None: none). A burst worker (``acta worker --burst``,
+    ``testing.drain``) stops only once none is left.
+
+    A bounce is told from a due time the user chose by how it is stored: admission's
+    refusal is an uncharged hand-back that writes no Execution row (``completions.bounce``:
+    ``record=False``), so the row's last claim (``execution_id``) has no attempt in the
+    history. A job delayed by its enqueuer (``delay=``, ``run_at=``, a schedule's fire) was
+    never claimed (``execution_id IS NULL``), and a retry's back-off or ``Retry(after=)``
+    follows an attempt that was recorded. The only other record-less hand-back with a delay
+    is a worker's that has no handler for the kind: $2 is the kinds the burst runs."""
+    s = quote(schema)
+    return f"""
+        SELECT extract(epoch FROM j.run_at - now())::float8
+        FROM {s}.job AS j
+        WHERE j.namespace = $1 AND j.status = 'ready' AND j.kind = ANY($2::text[])
+          AND j.execution_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM {s}.execution AS e
+                          WHERE e.job_id = j.id AND e.id = j.execution_id)
+        ORDER BY j.run_at
+        LIMIT 1"""
+
+
 # While some kind of the namespace is paused (docs/operating.md), the worker claims with
 # these: the same statements with one more filter, the paused kinds as their last
 # parameter. A namespace with no paused kind never pays for the filter.

@@ -27,7 +27,19 @@ from typing import NamedTuple
 
 from ..values import CORE_FIELDS, Completion
 from ._render import TERMINAL, quote
-from .schedules import FIRE_COLUMNS, FIRE_VALUES, cancelled_unstarted, revive_on_conflict
+from .schedules import (
+    FIRE_COLUMNS,
+    FIRE_VALUES,
+    cancelled_unstarted,
+    revive_on_conflict,
+    share_schedules,
+)
+
+NEXT_SCHEDULES = (
+    "SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f"
+    " WHERE f.features ? 'next'"
+)
+"""The (namespace, name) of every schedule whose fire the batch completes."""
 
 # ------------------------------------------------------------------------------ input
 
@@ -138,10 +150,16 @@ def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> st
                               ELSE now() + make_interval(secs => c.delay) END,
                 result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                               ELSE j.result END,
+                -- An operator's cancel record (who, why: session.cancel) stays with it.
                 last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                                   THEN j.last_error
                                   ELSE jsonb_build_object('type', c.error_type,
-                                                          'message', c.error_message) END,
+                                                          'message', c.error_message)
+                                       || CASE WHEN j.cancel_requested
+                                                    AND j.last_error -> 'cancel' IS NOT NULL
+                                               THEN jsonb_build_object(
+                                                   'cancel', j.last_error -> 'cancel')
+                                               ELSE '{{}}'::jsonb END END,
                 finished_at = CASE WHEN c.status IN {TERMINAL}
                                      OR (c.cancel_wins AND j.cancel_requested)
                                    THEN now() END,
@@ -250,7 +268,15 @@ def next_fire(schema: str) -> str:
     unless the tick's row is a fire cancelled before it started: made ready again
     (``schedules.revive_on_conflict``; such a fire, of a later tick, does not count as a
     later fire either: a cron changed while paused). The fire takes the schedule's stored
-    priority and keys (``schedules.FIRE``)."""
+    priority and keys (``schedules.FIRE``).
+
+    The schedule's row is read ``FOR SHARE`` (:data:`schedules.SHARE_SCHEDULES`): a pause
+    or a worker's drop of the schedule takes that row first (``schedules.pause``,
+    ``store_schedules``), so the two serialise. A pause that committed first is seen here
+    (the row is re-read after its lock: not enabled, no successor); a completion that
+    locked first commits its successor before the pause's cancel reads the fires, which
+    then cancels it. Without the lock, a completion whose snapshot predated the pause
+    enqueued one more fire after the pause (23 of 240 pauses, issue 28)."""
     s = quote(schema)
     return f"""
             INSERT INTO {s}.job AS nf (namespace, kind, args, run_at, schedule_name,
@@ -262,9 +288,9 @@ def next_fire(schema: str) -> str:
                    sc.name, (f.features->'next'->>'tick')::timestamptz, {FIRE_VALUES}
             FROM f
             JOIN done AS d ON d.id = f.job_id
-            JOIN {s}.schedule AS sc
+            JOIN ({share_schedules(schema, NEXT_SCHEDULES)}) AS sc
               ON sc.namespace = f.features->'next'->>'namespace'
-             AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+             AND sc.name = f.features->'next'->>'schedule'
             WHERE NOT EXISTS (
                 SELECT 1 FROM {s}.job AS later
                 WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name

@@ -147,6 +147,17 @@ def late_waits(schema: str) -> str:
         ) AS late"""
 
 
+def stored_schedules(schema: str) -> str:
+    """The stored schedules of namespace :namespace (their cron, timezone and missed
+    policy: whether each can fire is judged in Python). A handful of rows, by the
+    primary key."""
+    return f"""
+        SELECT name, cron, timezone, missed, enabled
+        FROM {quote(schema)}.schedule
+        WHERE namespace = :namespace
+        ORDER BY name"""
+
+
 def silent_workers(schema: str) -> str:
     """Workers of namespace :namespace still marked running but silent for :dead_beats of
     their own heartbeats (dead, and not yet marked so by recovery); served by
@@ -172,6 +183,78 @@ def recently_dead_workers(schema: str) -> str:
           AND stopped_at > now() - make_interval(secs => :window)
         ORDER BY stopped_at DESC
         LIMIT 20"""
+
+
+def ready_backlog(schema: str) -> str:
+    """Jobs of namespace :namespace ready and due now: how many (looking at FINDINGS_CAP at
+    most) and how long the oldest has been due. Served by job_due_idx."""
+    return f"""
+        SELECT count(*) AS rows,
+               extract(epoch FROM now() - min(run_at))::float8 AS oldest_seconds
+        FROM (
+            SELECT run_at FROM {quote(schema)}.job
+            WHERE namespace = :namespace AND status = 'ready' AND run_at <= now()
+            ORDER BY run_at
+            LIMIT {FINDINGS_CAP}
+        ) AS due"""
+
+
+def namespace_workers(schema: str) -> str:
+    """The workers of namespace :namespace as recovery sees them: how many are live
+    (running and heard from within :dead_beats of their own beats), the longest beat a
+    live one registered, and the beat of the one heard from last (live or not). The worker
+    table holds a row per worker start (pruned), so this reads few rows."""
+    return f"""
+        SELECT count(*) FILTER (WHERE live) AS live,
+               max(heartbeat_seconds) FILTER (WHERE live) AS live_beat,
+               (array_agg(heartbeat_seconds ORDER BY heartbeat_at DESC NULLS LAST))[1]
+                   AS last_beat
+        FROM (
+            SELECT heartbeat_seconds, heartbeat_at,
+                   status = 'running' AND heartbeat_at >= now()
+                       - make_interval(secs => :dead_beats * heartbeat_seconds) AS live
+            FROM {quote(schema)}.worker
+            WHERE namespace = :namespace
+        ) AS w"""
+
+
+KNOWN_NAMESPACES_CAP = 50
+"""The known namespaces ``unknown_namespace`` reads, at most."""
+
+
+def known_namespaces(schema: str) -> str:
+    """The namespaces this database knows of, by name (at most KNOWN_NAMESPACES_CAP): those
+    registered (a worker's start writes the namespace row), with workers or definitions, and
+    those with ready, executing or finished jobs (a namespace no worker ever served has
+    only those; a waiting job's namespace had a worker). The jobs' are found by skip
+    scans of job_due_idx, job_lease_idx and job_finished_idx (one index probe per
+    namespace each), never a scan of acta.job."""
+    s = quote(schema)
+
+    def skip_scan(name: str, where: str) -> str:
+        return f"""{name}(ns) AS (
+            (SELECT namespace FROM {s}.job WHERE {where} ORDER BY namespace LIMIT 1)
+            UNION ALL
+            SELECT (SELECT namespace FROM {s}.job
+                    WHERE {where} AND namespace > {name}.ns ORDER BY namespace LIMIT 1)
+            FROM {name} WHERE {name}.ns IS NOT NULL)"""
+
+    ready = skip_scan("ready", "status = 'ready'")
+    # Both job_lease_idx predicates (0001's status, 0002's lease) are implied: either serves.
+    executing = skip_scan("executing", "status = 'executing' AND lease_expires_at IS NOT NULL")
+    finished = skip_scan("finished", "status IN ('succeeded', 'failed', 'cancelled')")
+    return f"""
+        WITH RECURSIVE {ready}, {executing}, {finished}
+        SELECT name FROM (
+            SELECT name FROM {s}.namespace
+            UNION SELECT namespace FROM {s}.worker
+            UNION SELECT namespace FROM {s}.definition
+            UNION SELECT ns FROM ready WHERE ns IS NOT NULL
+            UNION SELECT ns FROM executing WHERE ns IS NOT NULL
+            UNION SELECT ns FROM finished WHERE ns IS NOT NULL
+        ) AS known
+        ORDER BY name
+        LIMIT {KNOWN_NAMESPACES_CAP}"""
 
 
 def _literal(value: str) -> str:

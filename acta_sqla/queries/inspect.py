@@ -6,7 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Delete, Executable, Select, Text, cast, delete, func, select, true, union_all
+from sqlalchemy import (
+    DateTime,
+    Delete,
+    Double,
+    Executable,
+    Select,
+    Text,
+    case,
+    cast,
+    delete,
+    func,
+    literal_column,
+    select,
+    true,
+    tuple_,
+    union,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement
@@ -25,6 +42,22 @@ from ..models import (
 )
 from ..status import TERMINAL_STATUSES, JobStatus
 
+SHOWN_FIRST = "0001-01-02 00:00:00+00"
+SHOWN_LAST = "9999-12-30 00:00:00+00"
+"""The range of a timestamp as the readers show it: a day inside Python's datetime range
+(years 1..9999) at both ends, so it stays in range in any time zone."""
+
+
+def _shown_time(column: Any) -> Any:
+    """A job's timestamp clamped into :data:`SHOWN_FIRST` .. :data:`SHOWN_LAST` (a signal
+    wait's ``infinity`` too): a due time out of Python's range, left by older code (before
+    the one bound of ``durations.py``) or a hand-written UPDATE, is shown at the end of the
+    range instead of crashing the driver's decoding (``OverflowError``) and every reader."""
+    first = cast(literal_column(f"'{SHOWN_FIRST}'"), DateTime(timezone=True))
+    last = cast(literal_column(f"'{SHOWN_LAST}'"), DateTime(timezone=True))
+    return case((column > last, last), (column < first, first), else_=column).label(column.key)
+
+
 JOB_COLUMNS = (
     Job.id,
     Job.namespace,
@@ -33,9 +66,9 @@ JOB_COLUMNS = (
     Job.priority,
     Job.attempts,
     Job.max_attempts,
-    Job.run_at,
-    Job.created_at,
-    Job.finished_at,
+    _shown_time(Job.run_at),
+    _shown_time(Job.created_at),
+    _shown_time(Job.finished_at),
 )
 """The columns of a job in a listing (no payloads: a page of jobs stays small)."""
 
@@ -51,9 +84,9 @@ JOB_DETAIL_COLUMNS = (
     Job.parent_id,
     Job.execution_id,
     Job.worker_id,
-    Job.claimed_at,
-    Job.started_at,
-    Job.lease_expires_at,
+    _shown_time(Job.claimed_at),
+    _shown_time(Job.started_at),
+    _shown_time(Job.lease_expires_at),
     Job.cancel_requested,
     Job.awaited_signal,
     Job.pending_children,
@@ -152,8 +185,8 @@ def job_executions(job_id: int) -> Select[tuple[object, ...]]:
 #
 # The dashboard reads a table that may hold millions of finished rows, so every statement
 # below is shaped to an index that exists (benchmarks/dashboard.py times each page on
-# 1,100,000 jobs): counts of the whole table come from the planner's estimate, never
-# from count(*).
+# 1,100,000 jobs): a count is exact up to 10,000 rows (a count that stops there) and the
+# planner's estimate above, never a count(*) of the whole history.
 
 
 class Explain(Executable, ClauseElement):
@@ -186,6 +219,49 @@ def estimate_jobs(namespace: str, status: JobStatus | None, kind: str | None) ->
     """The planner's estimate of how many jobs match a filter (a listing's count: exact
     would scan every matching row, a million for "succeeded")."""
     return Explain(_job_filter(select(Job.id), namespace, status, kind))
+
+
+def count_jobs_up_to(
+    namespace: str, status: JobStatus | None, kind: str | None, limit: int
+) -> Select[tuple[int]]:
+    """How many jobs match a filter, counting no further than ``limit``: exact for a
+    small set (read from an index where one serves the filter), never a scan of a big
+    one (the count stops at ``limit``; the caller then takes the planner's estimate)."""
+    matching = _job_filter(select(Job.id), namespace, status, kind).limit(limit).subquery()
+    return select(func.count()).select_from(matching)
+
+
+def _due_later(namespace: str, retrying: bool) -> Any:
+    """Ready jobs due later: retries waiting out their back-off (charged an attempt), or
+    jobs scheduled for later (none charged yet). By ``job_due_idx`` (ready, by run_at)."""
+    return (
+        Job.namespace == namespace,
+        Job.status == JobStatus.READY,
+        Job.run_at > func.now(),
+        Job.attempts > 0 if retrying else Job.attempts == 0,
+    )
+
+
+def due_later(
+    namespace: str, retrying: bool, after: tuple[Any, int] | None, limit: int
+) -> Select[tuple[object, ...]]:
+    """The Scheduled (``retrying`` False) or Retrying view: ready jobs due later, soonest
+    first, keyset-paged on (run_at, id) after ``after``; with the last error (a retry's)."""
+    query = select(*JOB_COLUMNS, Job.last_error).where(*_due_later(namespace, retrying))
+    if after is not None:
+        query = query.where(tuple_(Job.run_at, Job.id) > tuple_(*after))
+    return query.order_by(Job.run_at, Job.id).limit(limit)
+
+
+def estimate_due_later(namespace: str, retrying: bool) -> Explain:
+    """The planner's estimate of the Scheduled or Retrying view's size."""
+    return Explain(select(Job.id).where(*_due_later(namespace, retrying)))
+
+
+def count_due_later(namespace: str, retrying: bool, limit: int) -> Select[tuple[int]]:
+    """The Scheduled or Retrying view's size, counting no further than ``limit``."""
+    matching = select(Job.id).where(*_due_later(namespace, retrying)).limit(limit).subquery()
+    return select(func.count()).select_from(matching)
 
 
 def active_depth(namespace: str) -> Select[tuple[str, str, int]]:
@@ -224,6 +300,71 @@ def finished_since(namespace: str, seconds: float) -> Select[tuple[str, str, int
     )
 
 
+def _since(seconds: float) -> Any:
+    return Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+
+def _queue_wait() -> Any:
+    """Seconds a job's last attempt waited from due to claimed (its ``run_at``, which a
+    retry's back-off moved, to its ``claimed_at``); NULL for a job no worker claimed, and
+    for a due time that is not a time (a signal wait's ``infinity``, which PostgreSQL
+    cannot subtract)."""
+    waited = func.greatest(func.extract("epoch", Job.claimed_at - Job.run_at), 0)
+    finite = func.isfinite(Job.run_at) & func.isfinite(Job.claimed_at)
+    return case((finite, waited))
+
+
+def finished_series(
+    namespace: str, seconds: float, step: float, kind: str | None
+) -> Select[tuple[object, ...]]:
+    """The charts: jobs finished in the last ``seconds`` (of ``kind``, None: every kind)
+    in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded, failed
+    and cancelled, and the mean queue wait of those claimed. Through the finished index's
+    range (``job_prune_idx`` for one kind): the cost of the window, not of the history."""
+    bucket = func.floor(cast(func.extract("epoch", Job.finished_at), Double) / step) * step
+    query = select(
+        bucket.label("bucket"),
+        func.count().filter(Job.status == JobStatus.SUCCEEDED).label("succeeded"),
+        func.count().filter(Job.status == JobStatus.FAILED).label("failed"),
+        func.count().filter(Job.status == JobStatus.CANCELLED).label("cancelled"),
+        func.avg(_queue_wait()).label("wait"),
+    ).where(Job.namespace == namespace, Job.status.in_(TERMINAL_STATUSES), _since(seconds))
+    if kind is not None:
+        query = query.where(Job.kind == kind)
+    return query.group_by(bucket).order_by(bucket)
+
+
+def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
+    """Each kind's live numbers over the last ``seconds``: jobs succeeded, failed and
+    cancelled, the median and 95th percentile of their last attempt's run time (started
+    to finished: from the job row when it keeps the attempt that ended it, migration
+    0015, else from that attempt's history row, found by primary key), and the mean
+    queue wait. Through the finished index's range."""
+    ran = func.extract(
+        "epoch",
+        case(
+            (Job.outcome.is_not(None), Job.finished_at - Job.started_at),
+            else_=Execution.finished_at - Execution.started_at,
+        ),
+    )
+    return (
+        select(
+            Job.kind.label("kind"),
+            func.count().filter(Job.status == JobStatus.SUCCEEDED).label("succeeded"),
+            func.count().filter(Job.status == JobStatus.FAILED).label("failed"),
+            func.count().filter(Job.status == JobStatus.CANCELLED).label("cancelled"),
+            func.percentile_cont(0.5).within_group(ran).label("p50"),
+            func.percentile_cont(0.95).within_group(ran).label("p95"),
+            func.avg(_queue_wait()).label("wait"),
+        )
+        .select_from(Job)
+        .outerjoin(Execution, (Execution.job_id == Job.id) & (Execution.id == Job.execution_id))
+        .where(Job.namespace == namespace, Job.status.in_(TERMINAL_STATUSES), _since(seconds))
+        .group_by(Job.kind)
+        .order_by(Job.kind)
+    )
+
+
 def newest_job_id() -> Select[tuple[int | None]]:
     """The highest job id (the top of a bounded args search; one step down the primary key)."""
     return select(func.max(Job.id))
@@ -254,11 +395,14 @@ def search_jobs(
 
 
 def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[object, ...]]:
-    """Failed jobs of the last ``seconds`` grouped by error type: count, first and last
-    seen, the newest one's id (the sample); through the finished index's time range."""
+    """Failed jobs of the last ``seconds`` grouped by kind and error type (one group for
+    "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
+    first and last seen, the newest one's id (the sample); through the finished index's
+    time range."""
     error_type = func.coalesce(Job.last_error["type"].astext, "")
     return (
         select(
+            Job.kind.label("kind"),
             error_type.label("error_type"),
             func.count().label("count"),
             func.min(Job.finished_at).label("first_seen"),
@@ -270,26 +414,27 @@ def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[o
             Job.status == JobStatus.FAILED,
             Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
         )
-        .group_by(error_type)
-        .order_by(func.count().desc(), error_type)
+        .group_by(Job.kind, error_type)
+        .order_by(func.count().desc(), Job.kind, error_type)
         .limit(limit)
     )
 
 
-def failed_ids(namespace: str, error_type: str, seconds: float, limit: int) -> Select[tuple[int]]:
+def failed_ids(
+    namespace: str, error_type: str, seconds: float, limit: int, kind: str | None = None
+) -> Select[tuple[int]]:
     """Ids of one failure group (failed in the last ``seconds`` with this error type; ""
-    for no recorded type), newest first, at most ``limit`` (a group action's batch)."""
-    return (
-        select(Job.id)
-        .where(
-            Job.namespace == namespace,
-            Job.status == JobStatus.FAILED,
-            Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
-            func.coalesce(Job.last_error["type"].astext, "") == error_type,
-        )
-        .order_by(Job.id.desc())
-        .limit(limit)
+    for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
+    (a group action's batch)."""
+    query = select(Job.id).where(
+        Job.namespace == namespace,
+        Job.status == JobStatus.FAILED,
+        Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+        func.coalesce(Job.last_error["type"].astext, "") == error_type,
     )
+    if kind is not None:
+        query = query.where(Job.kind == kind)
+    return query.order_by(Job.id.desc()).limit(limit)
 
 
 def last_errors(job_ids: list[int]) -> Select[tuple[int, Any]]:
@@ -328,9 +473,48 @@ def list_locks(namespace: str, limit: int) -> Select[tuple[object, ...]]:
     )
 
 
+def _inline(status: JobStatus) -> Any:
+    """A status written into the statement, not bound: a partial index's predicate is
+    matched by the planner against constants (a generic plan's parameters never match)."""
+    return literal_column(f"'{status.value}'")
+
+
+def _job_namespaces(name: str, *where: Any) -> Any:
+    """The distinct namespaces of the jobs matching ``where`` (a partial index's predicate,
+    leading with the namespace), by a skip scan: one index probe per namespace, whatever
+    the number of jobs (a recursive CTE; NULL ends it)."""
+    first = select(Job.namespace.label("ns")).where(*where).order_by(Job.namespace).limit(1)
+    found = first.cte(name, recursive=True)
+    following = (
+        select(Job.namespace)
+        .where(*where, Job.namespace > found.c.ns)
+        .order_by(Job.namespace)
+        .limit(1)
+        .scalar_subquery()
+    )
+    found = found.union_all(select(following).where(found.c.ns.is_not(None)))
+    return select(found.c.ns).where(found.c.ns.is_not(None))
+
+
 def list_namespaces(limit: int) -> Select[tuple[str]]:
-    """The namespaces workers have registered (the dashboard's namespace switcher)."""
-    return select(Namespace.name).order_by(Namespace.name).limit(limit)
+    """The namespaces this database knows of (``acta status``, the dashboard's namespace
+    switcher): those workers registered, with workers or definitions, and those with
+    ready, executing or finished jobs (jobs enqueued before any worker started: their
+    namespace has no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and
+    job_finished_idx, never a scan of acta.job."""
+    known = union(
+        select(Namespace.name.label("name")),
+        select(Worker.namespace),
+        select(Definition.namespace),
+        _job_namespaces("ready_ns", Job.status == _inline(JobStatus.READY)),
+        _job_namespaces(
+            "executing_ns",
+            Job.status == _inline(JobStatus.EXECUTING),
+            Job.lease_expires_at.is_not(None),
+        ),
+        _job_namespaces("finished_ns", Job.status.in_([_inline(s) for s in TERMINAL_STATUSES])),
+    ).subquery("known")
+    return select(known.c.name).order_by(known.c.name).limit(limit)
 
 
 def delete_finished_jobs(job_ids: list[int]) -> Delete:

@@ -30,6 +30,22 @@ FIRE_COLUMNS = ", ".join(FIRE)
 FIRE_VALUES = ", ".join(f"sc.{c}" for c in FIRE)
 
 
+def share_schedules(schema: str, which: str) -> str:
+    """The enabled schedules whose (namespace, name) the query ``which`` answers, their rows
+    locked ``FOR SHARE`` in one order (namespace, name): what every statement that enqueues
+    a fire joins, so that it serialises with a pause or a drop of the schedule, which lock
+    the row before they cancel its pending fire (:func:`pause_schedule`, the ``DELETE`` of
+    :func:`store_schedules`). Read COMMITTED re-reads a row it waited for: a schedule paused
+    or dropped meanwhile is not enabled, or gone, and no fire is written. Share locks do
+    not conflict: fires of one schedule completed by two workers at once do not wait on
+    each other."""
+    return f"""
+                SELECT sc.* FROM {quote(schema)}.schedule AS sc
+                WHERE sc.enabled AND (sc.namespace, sc.name) IN ({which})
+                ORDER BY sc.namespace, sc.name
+                FOR SHARE OF sc"""
+
+
 def cancelled_unstarted(alias: str = "j") -> str:
     """A fire (row ``alias``) cancelled before it ever ran (by a pause, or by a worker of
     code that no longer declares its schedule): not a fire that happened. It counts for
@@ -49,7 +65,7 @@ def store_schedules(schema: str) -> str:
     """Store namespace $1's schedules as the code declares them ($2.. parallel arrays:
     name, cron, timezone, kind, args, missed, and what each fire takes from the kind:
     priority, concurrency key, rate key, lane key), and drop the namespace's schedules the code
-    no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
+    no longer declares (:func:`cancel_unstarted_fires` then cancels their pending fires). A
     paused schedule stays paused. Answers the names dropped. Touches only
     ``acta.schedule``: a lock on ``acta.job`` must hold up a worker's first claim, not its
     start-up."""
@@ -64,7 +80,9 @@ def store_schedules(schema: str) -> str:
         ),
         up AS (
             INSERT INTO {s}.schedule AS sc (namespace, name, {", ".join(DECLARED)})
-            SELECT $1, d.name, {values} FROM d
+            -- In name order: the rows' locks are taken in the order completions take
+            -- them (share_schedules), so the two cannot deadlock.
+            SELECT $1, d.name, {values} FROM d ORDER BY d.name
             ON CONFLICT (namespace, name) DO UPDATE
                 SET {", ".join(f"{c} = excluded.{c}" for c in DECLARED)}
                 WHERE ({", ".join(f"sc.{c}" for c in DECLARED)}) IS DISTINCT FROM
@@ -79,9 +97,12 @@ def store_schedules(schema: str) -> str:
         SELECT name FROM gone"""
 
 
-def cancel_dropped_fires(schema: str) -> str:
-    """The pending fires (not running: :data:`UNSTARTED`) of dropped schedules $2 of
-    namespace $1 end ``cancelled``."""
+def cancel_unstarted_fires(schema: str) -> str:
+    """The pending fires (not running: :data:`UNSTARTED`) of schedules $2 of namespace $1
+    end ``cancelled``: those of a paused schedule (:func:`pause_schedule` took its row
+    first, in the same transaction) or of schedules a worker's code dropped
+    (:func:`store_schedules` deleted their rows first). A statement of its own, after the
+    lock: it reads the fires a completion committed while the pause waited for its row."""
     s = quote(schema)
     return f"""
         UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
@@ -91,16 +112,17 @@ def cancel_dropped_fires(schema: str) -> str:
 def unfired_schedules(schema: str) -> str:
     """Namespace $1's enabled schedules with no pending fire (none ready, executing or
     waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
-    before it started does not count, :func:`cancelled_unstarted`), and the database's
-    ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue
-    are computed from these in Python, against the database clock. By
-    ``job_schedule_tick_key``."""
+    before it started does not count, :func:`cancelled_unstarted`) and its stored cron,
+    timezone and missed policy (a schedule this code does not declare is still checked),
+    and the database's ``now()`` (one row of it, with a NULL name, when there is none): the
+    fires to enqueue are computed from these in Python (``schedules.plan_fires``), against
+    the database clock. By ``job_schedule_tick_key``."""
     s = quote(schema)
     return f"""
-        SELECT now() AS now, u.name, u.last_tick
+        SELECT now() AS now, u.name, u.last_tick, u.cron, u.timezone, u.missed
         FROM (SELECT 1) AS one
         LEFT JOIN (
-            SELECT sc.name,
+            SELECT sc.name, sc.cron, sc.timezone, sc.missed,
                    (SELECT max(j.scheduled_at) FROM {s}.job AS j
                     WHERE j.namespace = $1 AND j.schedule_name = sc.name
                       AND NOT {CANCELLED_UNSTARTED}) AS last_tick
@@ -143,14 +165,17 @@ def enqueue_fires(schema: str) -> str:
     completion may have enqueued its successor meanwhile; a fire cancelled before it
     started did not happen). The tick's fire cancelled before it started is made ready
     again (:func:`revive_on_conflict`). A fire takes the schedule's stored kind, args,
-    priority and keys (:data:`FIRE`). Answers the fires enqueued (name, tick)."""
+    priority and keys (:data:`FIRE`). The schedules' rows are read ``FOR SHARE``
+    (:func:`share_schedules`): a pause or a drop committed meanwhile is seen. Answers the
+    fires enqueued (name, tick)."""
     s = quote(schema)
     return f"""
         INSERT INTO {s}.job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
                                   {FIRE_COLUMNS})
         SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick, {FIRE_VALUES}
         FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
-        JOIN {s}.schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
+        JOIN ({share_schedules(schema, "SELECT $1::text, unnest($2::text[])")}) AS sc
+          ON sc.namespace = $1 AND sc.name = x.name
         WHERE NOT EXISTS (
             SELECT 1 FROM {s}.job AS o
             WHERE o.namespace = $1 AND o.schedule_name = x.name
@@ -166,10 +191,11 @@ def enqueue_fires(schema: str) -> str:
 
 def list_schedules(schema: str) -> str:
     """``acta schedules ls``: namespace $1's schedules with their pending fire (next) and
-    their latest finished fire (its tick and status). By ``job_schedule_tick_key``."""
+    their latest finished fire (its tick and status), and the database's ``now()`` (whether
+    a stored cron can fire is judged against it). By ``job_schedule_tick_key``."""
     s = quote(schema)
     return f"""
-        SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+        SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
                (SELECT min(j.scheduled_at) FROM {s}.job AS j
                 WHERE j.namespace = $1 AND j.schedule_name = sc.name
                   AND j.status IN {ACTIVE}) AS next_fire,
@@ -204,21 +230,14 @@ def schedule_row(schema: str) -> str:
 
 
 def pause_schedule(schema: str) -> str:
-    """Pause schedule $2 of namespace $1: no fire from now on (a running one finishes);
-    its pending fire that has not started is cancelled. Answers the schedule's name."""
+    """Pause schedule $2 of namespace $1: no fire from now on (a running one finishes).
+    The UPDATE locks the schedule's row, waiting for any completion that holds it
+    (:func:`share_schedules`); ``schedules.pause`` then cancels its pending fire with
+    :func:`cancel_unstarted_fires` in the same transaction. Answers the schedule's name."""
     s = quote(schema)
     return f"""
-        WITH paused AS (
-            UPDATE {s}.schedule SET enabled = false WHERE namespace = $1 AND name = $2
-            RETURNING name
-        ),
-        pending AS (
-            UPDATE {s}.job AS j SET status = 'cancelled', finished_at = now()
-            WHERE j.namespace = $1 AND j.schedule_name = $2 AND {UNSTARTED}
-              AND EXISTS (SELECT 1 FROM paused)
-            RETURNING 1
-        )
-        SELECT name FROM paused"""
+        UPDATE {s}.schedule SET enabled = false WHERE namespace = $1 AND name = $2
+        RETURNING name"""
 
 
 def resume_schedule(schema: str) -> str:

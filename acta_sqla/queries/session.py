@@ -178,10 +178,30 @@ def unique_holders_params(pairs: Sequence[tuple[str, str]]) -> dict[str, list[st
     return {"namespaces": [p[0] for p in pairs], "keys": [p[1] for p in pairs]}
 
 
-def cancel_waiting(job_id: int) -> Any:
+def _with_cancel(by: str | None, reason: str | None) -> Any:
+    """The job's ``last_error`` with who cancelled it, why and when under its ``cancel``
+    key (``{"by": ..., "reason": ..., "at": ...}``, absent fields left out): the error of
+    an earlier attempt stays beside it. No column of its own (no migration): the
+    completion that ends an executing job keeps the key (queries/complete.py)."""
+    record = func.jsonb_strip_nulls(
+        func.jsonb_build_object(
+            "by",
+            cast(bindparam("cancel_by", by), Text),
+            "reason",
+            cast(bindparam("cancel_reason", reason), Text),
+            "at",
+            func.now(),
+        )
+    )
+    return func.coalesce(Job.last_error, cast(literal_column("'{}'"), JSONB)).op("||")(
+        func.jsonb_build_object("cancel", record)
+    )
+
+
+def cancel_waiting(job_id: int, by: str | None = None, reason: str | None = None) -> Any:
     """A ready or waiting job ends 'cancelled' at once; a durable wait it was parked in is
     over (no awaited signal, no pending children: the terminal-effects trigger reads the
-    old values to cancel the children and hand a lane on)."""
+    old values to cancel the children and hand a lane on). Who and why are recorded."""
     return (
         update(Job)
         .where(Job.id == job_id, Job.status.in_((JobStatus.READY, JobStatus.WAITING)))
@@ -191,17 +211,19 @@ def cancel_waiting(job_id: int) -> Any:
             finished_at=func.now(),
             awaited_signal=None,
             pending_children=0,
+            last_error=_with_cancel(by, reason),
         )
         .returning(Job.id)
     )
 
 
-def request_cancel(job_id: int) -> Any:
-    """An executing job is asked to stop: its worker's next heartbeat cancels the handler."""
+def request_cancel(job_id: int, by: str | None = None, reason: str | None = None) -> Any:
+    """An executing job is asked to stop: its worker's next heartbeat cancels the handler.
+    Who and why are recorded (the completion that ends it keeps them)."""
     return (
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.EXECUTING)
-        .values(cancel_requested=True)
+        .values(cancel_requested=True, last_error=_with_cancel(by, reason))
         .returning(Job.id)
     )
 
@@ -219,9 +241,10 @@ def lock_job_status(job_id: int) -> Any:
 
 def retry_job(job_id: int) -> Any:
     """An operator's retry: a finished job goes back to 'ready' now with a fresh budget,
-    as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not one
-    that follows a wait). Signals it received stay. Not while another job holds its unique
-    key (:func:`unique_key_holder`). The only way out of a terminal state."""
+    as a fresh start: no result, no wait it was in, no cancel record, no ``resumed`` (its
+    first run is not one that follows a wait). Signals it received stay. Not while another
+    job holds its unique key (:func:`unique_key_holder`). The only way out of a terminal
+    state."""
     holder = aliased(Job)
     held = (
         select(holder.id)
@@ -245,6 +268,8 @@ def retry_job(job_id: int) -> Any:
             awaited_signal=None,
             pending_children=0,
             resumed=None,
+            # A cancel's record (who, why) belongs to the run it ended, not the next one.
+            last_error=Job.last_error.op("-")(literal_column("'cancel'::text")),
         )
         .returning(Job.id)
     )

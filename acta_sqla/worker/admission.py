@@ -7,6 +7,10 @@ the requests of every executor that asks while one call is in flight go together
 the next ``admit`` call (queries/admission.py, migration 0006), ONE round trip however
 many executors ask at once.
 
+A call the database refuses for its data is asked again request by request, so only the
+request it refuses alone fails (under its budget, ``acta.AdmissionRefused``); its
+batch-mates are answered as usual.
+
 A refused job bounces (``completions.bounce``): due again ``CONCURRENCY_BOUNCE_SECONDS``
 later for a slot, at the meter's time for a rate, its attempt given back, no failure, one
 debug line and a count in ``acta.admission.bounces``. The bounce is written by the
@@ -101,6 +105,22 @@ class Admission:
             self._flushing = asyncio.create_task(self._flush(), name="acta-admission")
         try:
             verdict, wait = await future
+        except _Unadmittable as refused:
+            # The database refused this request's own data even asked alone (its batch-mates
+            # were answered apart): a fault of the job's row, not of the database. It fails
+            # under its budget, saying why, as a completion refused for its data does.
+            why = refused.exc
+            log.bind(event="admission_refused", job_id=job.id).error(
+                "job {}: the database refused its admission ({}); failing the attempt",
+                job.id,
+                why,
+            )
+            error = completions.ErrorFields(
+                "acta.AdmissionRefused",
+                f"the database refused this job's admission: {str(why)[:500]}",
+                "",
+            )
+            return completions.failed(job, self.policies(job.kind), error, None)
         except (StoreUnavailable, StatementRefused) as exc:
             # The database could not answer: this is no fault of the job, so it is not
             # charged. If the call did take a slot before its answer was lost, the
@@ -133,15 +153,46 @@ class Admission:
         await asyncio.sleep(0)
         while self._pending:
             batch, self._pending = self._pending, []
-            self.calls += 1
-            try:
-                answers = await self.store.admit([r for r, _ in batch])
-            except Exception as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            verdicts = {job_id: (verdict, wait) for job_id, verdict, wait in answers}
-            for r, future in batch:
-                if not future.done():
-                    future.set_result(verdicts.get(r.job_id, (LOST, 0.0)))
+            await self._answer(batch)
+
+    async def _answer(self, batch: list[tuple[Request, asyncio.Future[tuple[str, float]]]]) -> None:
+        """One ``admit`` call for ``batch``, its verdicts set on the futures. A call the
+        database refuses for its data (SQLSTATE class 22 or 54: a key too long for its
+        index, written past acta's checks) is asked again one request at a time, as the
+        finalizer writes a refused batch apart: the one request still refused alone fails,
+        its batch-mates are answered. (The refused call took nothing: its transaction
+        rolled back.) Before, every call carrying such a row failed and all its batch-mates
+        bounced, uncharged, for ever."""
+        self.calls += 1
+        try:
+            answers = await self.store.admit([r for r, _ in batch])
+        except StatementRefused as exc:
+            if not exc.data_unwritable:
+                _fail(batch, exc)
+            elif len(batch) > 1:
+                for one in batch:
+                    await self._answer([one])
+            else:
+                _fail(batch, _Unadmittable(exc))
+            return
+        except Exception as exc:
+            _fail(batch, exc)
+            return
+        verdicts = {job_id: (verdict, wait) for job_id, verdict, wait in answers}
+        for r, future in batch:
+            if not future.done():
+                future.set_result(verdicts.get(r.job_id, (LOST, 0.0)))
+
+
+class _Unadmittable(Exception):
+    """The database refused one request's data, asked alone (``exc`` says why)."""
+
+    def __init__(self, exc: StatementRefused) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def _fail(batch: Sequence[tuple[Request, asyncio.Future[Any]]], exc: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)

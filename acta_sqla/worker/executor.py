@@ -276,6 +276,7 @@ class Executor:
             scheduled_at=job.scheduled_at,
             children=children,
             signals_json=job.signals_json,
+            trace_id=tracing.trace_id(job.trace_context),
             _locker=Locker(self.lock_store, entry, self.clock) if self.lock_store else None,
             _stop=stop,
         )

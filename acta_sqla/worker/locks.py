@@ -17,6 +17,7 @@ from typing import Protocol
 from loguru import logger
 
 from ..errors import LockUnavailable
+from ..policy import Refused, check_key, shown
 from .clock import Clock
 from .inflight import Entry
 
@@ -38,8 +39,12 @@ class Locker:
 
     @contextlib.asynccontextmanager
     async def hold(self, name: str, wait: float) -> AsyncIterator[None]:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a lock name must be a non-empty string, got {name!r}")
+        try:
+            # The name is the lock row's key: one PostgreSQL cannot store or index was a
+            # failing statement inside the handler instead of this clear error.
+            check_key(name)
+        except Refused as why:
+            raise ValueError(f"lock name {shown(name)} {why}") from None
         job = self.entry.job
         held = self.entry.locks
         if name not in held:

@@ -27,7 +27,7 @@ from ..database import database_url
 from ..errors import ConfigurationError, StoreUnavailable
 from ..listener import Listener
 from ..policy import Policy
-from ..schedules import successor_feature
+from ..schedules import NoTick, successor_feature
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
     DEFAULT_GRACE_SECONDS,
@@ -57,6 +57,9 @@ FLUSH_SECONDS = 30.0
 """How long the last completions may keep failing to write before the worker gives up on
 them (their rows then come back through recovery); after a second signal a failed write
 is not repeated at all."""
+
+BURST_RECHECK = 0.05
+"""A burst worker's shortest wait before it looks again for a bounced job that is due."""
 
 
 class Worker:
@@ -185,7 +188,7 @@ class Worker:
             )
 
     async def _ensure_fires(self, store: WorkerStore) -> None:
-        for name, tick in await store.ensure_fires(self.acta.schedules):
+        for name, tick in await store.ensure_fires(self.acta.schedules, _log_no_tick):
             log.bind(event="schedule_fire_enqueued", schedule=name).info(
                 "schedule {!r}: next fire at {}", name, tick.isoformat()
             )
@@ -198,7 +201,13 @@ class Worker:
             return completion
         assert self.store is not None  # a job ran: the worker is started
         now = self.store.db_now()  # the database's clock: a skewed host skips no tick
-        nxt = successor_feature(schedule, self.namespace, job.scheduled_at, now)
+        try:
+            nxt = successor_feature(schedule, self.namespace, job.scheduled_at, now)
+        except NoTick as exc:
+            # The fire's own completion is still written; the chain stops here (each
+            # recovery pass names the schedule again) instead of the executor failing.
+            _log_no_tick(exc)
+            return completion
         return completion._replace(features={**(completion.features or {}), "next": nxt})
 
     async def start(self) -> None:
@@ -332,7 +341,24 @@ class Worker:
                 and self.completed.empty()
             ):
                 if self.claimer.idle_since >= self.finalizer.written_at:
-                    return
+                    # Nothing due. Done, unless admission bounced a job (no free slot of its
+                    # concurrency key, or its rate window): it waits for its slot or window,
+                    # not for a time its enqueuer chose, so the burst runs it too. A job
+                    # delayed on purpose (delay, run_at, a retry's back-off) stays.
+                    assert self.store is not None
+                    try:
+                        due_in = await self.store.bounced_due_in(list(self.acta.handlers))
+                    except Exception as exc:  # the database is away: ask again, as the
+                        # claimer does (the lifeline stops a worker that cannot reach it)
+                        log.warning("burst: could not look for bounced jobs: {}", exc)
+                        await self.clock.wait(self._stop_requested, 1.0)
+                        continue
+                    if due_in is None:
+                        return
+                    # The claimer wakes by itself when the job is due; look again then.
+                    await self.clock.wait(self._stop_requested, max(due_in, BURST_RECHECK))
+                    self.claimer.wake(probe=True)
+                    continue
                 # The last completion may have made rows due (a parent, a lane's next
                 # job), and a suspect may have become due: one more claim, a probing one,
                 # before calling it done.
@@ -609,3 +635,13 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
+
+
+def _log_no_tick(exc: NoTick) -> None:
+    """A schedule that cannot fire: named once per pass that finds it (start-up, each
+    recovery pass); it alone stops, every other schedule of the namespace fires."""
+    log.bind(event="schedule_no_tick", schedule=exc.name, cron=exc.cron).warning(
+        "{}: it does not fire (every other schedule does); fix its cron in the code and "
+        "restart the workers, or remove it",
+        exc,
+    )

@@ -30,9 +30,15 @@ ODD = [
     "../up",
     "sp ace+plus&amp",
     "ünï😀",
+    ".",
+    "..",
+    "~.",
+    "~",
 ]
 """Names a URL path must encode: separators, query and fragment marks, a percent sign
-(also one that already looks encoded), dot segments, markup, spaces and non-ASCII."""
+(also one that already looks encoded), dot segments, markup, spaces and non-ASCII; names
+that are exactly "." or ".." (a browser removes such a segment: they are written "~." and
+"~..", so "~." is written "~~.")."""
 
 _FORM = re.compile(r'<form method="post" action="([^"]+)" class="inline" data-confirm="([^"]+)">')
 

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 
@@ -141,3 +142,80 @@ def test_a_worker_never_imports_the_dashboard() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_acta_dashboard_reads_its_password_from_dotenv_checks_hosts_and_bounds_bodies(
+    db: str, acta_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 35 against the real server: a password in ``.env`` (it was ignored, and the
+    dashboard served every page without one), the Host header (DNS rebinding), the
+    trailing-slash redirect's Location, a body of 1 GiB announced, an id of 5,000 digits,
+    ``--only-namespaces``."""
+    (tmp_path / ".env").write_text("ACTA_DASHBOARD_PASSWORD=from the file\nACTA_NAMESPACE=dash\n")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*acta_command(), "dashboard", "--port", str(port), "--only-namespaces", "dash"],
+        env=acta_env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    bearer = {"authorization": "Bearer from the file"}
+    try:
+
+        def up() -> httpx.Response | None:
+            try:
+                return httpx.get(base + "/", timeout=2)
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                return None
+
+        first = wait_for(up, timeout=60, what="acta dashboard to answer")
+        assert first.status_code == 303 and first.headers["location"].startswith("/login")
+        assert httpx.get(base + "/", headers=bearer).status_code == 200
+
+        rebound = httpx.get(base + "/", headers={**bearer, "host": f"evil.example:{port}"})
+        assert rebound.status_code == 400 and "evil.example" in rebound.text
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            assert httpx.get(base + "/", headers={**bearer, "host": host}).status_code == 200
+
+        moved = httpx.get(base + "/jobs/?status=failed", headers=bearer)
+        assert moved.status_code == 307 and moved.headers["location"] == "/jobs?status=failed"
+
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            raw.sendall(
+                f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Content-Type: application/x-www-form-urlencoded\r\n"
+                f"Content-Length: {1 << 30}\r\n\r\n".encode()
+            )
+            reply = raw.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 413"), reply
+
+        huge = httpx.get(base + "/jobs/" + "9" * 5000, headers=bearer)
+        assert huge.status_code == 404
+        pinned = httpx.get(base + "/jobs?ns=other", headers=bearer)
+        assert pinned.status_code == 404 and "is not shown by this dashboard" in pinned.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    output = proc.stdout.read() if proc.stdout else ""
+    assert "password required" in output
+    assert "Traceback" not in output, output
+
+
+def test_a_bad_dashboard_setting_is_one_line(acta_env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("ACTA_DASHBOARD_SESSION_LIFETIME=-5\n")
+    done = subprocess.run(
+        [*acta_command(), "dashboard"],
+        capture_output=True,
+        text=True,
+        env=acta_env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "acta dashboard: ACTA_DASHBOARD_SESSION_LIFETIME: Input should be greater than 0"
+    ], done.stderr

@@ -73,6 +73,9 @@ async def test_the_attempt_that_ends_a_job_is_on_its_row_and_the_view_reads_all_
         (first.execution_id, 1, "failed"),
         (second.execution_id, 2, "succeeded"),
     ]
+    # The dashboard's run time of a kind's last attempts reads the job row's too.
+    rates = await inspect.kind_rates(async_session, "default", 300.0)
+    assert rates["k"].p50 is not None and 29 < rates["k"].p50 <= 31
 
 
 async def test_a_failed_final_attempt_keeps_its_error_and_traceback(

@@ -45,8 +45,13 @@ def _gates() -> None:
 # ------------------------------------------------------------------------------ readings
 
 
+NAMES = {"namespace": "acta.namespace", "reason": "acta.admission.reason"}
+"""The attributes' names (``acta.*``) from the keyword arguments of the readings below."""
+
+
 def counted(name: str, **attributes: str) -> float:
     """The counter's cumulative value for exactly these attributes (0 before any add)."""
+    attributes = {NAMES[k]: v for k, v in attributes.items()}
     return sum(
         p.value
         for p in points(name)
@@ -56,6 +61,7 @@ def counted(name: str, **attributes: str) -> float:
 
 def histogram(name: str, **attributes: str) -> tuple[int, float, float]:
     """The histogram's cumulative (count, sum, max) for exactly these attributes."""
+    attributes = {NAMES[k]: v for k, v in attributes.items()}
     found = [
         p
         for p in points(name)
@@ -88,7 +94,7 @@ async def one_at_a_time(ctx: Context, key: str) -> None:
     await release.wait()
 
 
-@app.job(rate="1/h")
+@app.job(rate="1/5s")
 async def hourly(ctx: Context) -> None:
     return None
 
@@ -150,7 +156,8 @@ async def test_keyed_jobs_refused_at_admission_count_as_bounces_by_reason(
 ) -> None:
     slot = counted("acta.admission.bounces", reason="slot", namespace=NAMESPACE)
     rate = counted("acta.admission.bounces", reason="rate", namespace=NAMESPACE)
-    # Two jobs of one key with one slot, two of a kind allowed once an hour.
+    # Two jobs of one key with one slot, two of a kind allowed once in 5 s
+    # (a burst waits for bounced jobs, so the window is short).
     await app.enqueue_many(
         async_session,
         [one_at_a_time.job(key="k"), one_at_a_time.job(key="k"), hourly.job(), hourly.job()],
@@ -171,7 +178,7 @@ async def test_keyed_jobs_refused_at_admission_count_as_bounces_by_reason(
     )
 
     # Each bounced job is ready again later, its attempt given back (uncharged): the keyed
-    # one 2 s on, the rated one when the meter allows (an hour).
+    # one 2 s on, the rated one when the meter allows (5 s).
     async def both_bounced() -> bool:
         rows = await conn.fetch(
             "SELECT kind, attempts FROM acta.job WHERE status = 'ready' AND run_at > now()"
@@ -185,7 +192,7 @@ async def test_keyed_jobs_refused_at_admission_count_as_bounces_by_reason(
     assert not result.crashed
     assert counted("acta.admission.bounces", reason="slot", namespace=NAMESPACE) - slot == 1
     assert counted("acta.admission.bounces", reason="rate", namespace=NAMESPACE) - rate == 1
-    assert unit("acta.admission.bounces") == ""  # a plain count: no unit declared
+    assert unit("acta.admission.bounces") == "{job}"
 
 
 async def test_a_completion_fenced_out_after_recovery_took_its_row_counts_as_lease_lost(
@@ -221,7 +228,7 @@ async def test_a_completion_fenced_out_after_recovery_took_its_row_counts_as_lea
 
     assert not result.crashed
     assert counted("acta.lease.lost", namespace=NAMESPACE) - lost == 1
-    assert unit("acta.lease.lost") == ""
+    assert unit("acta.lease.lost") == "{completion}"
     # The row came back ready and the same drain ran it again, to success: the stale
     # attempt's write changed nothing.
     outcomes = await conn.fetch(
@@ -259,4 +266,5 @@ async def test_a_handler_blocking_the_loop_counts_a_stall_and_the_lifelines_rene
     # The lifeline renewed the one held row (counted in rows) while the loop was blocked.
     assert counted("acta.lifeline.renewals", namespace=NAMESPACE) - renewals >= 1
     assert unit("acta.loop.stall.duration") == "s"
-    assert unit("acta.loop.stalls") == unit("acta.lifeline.renewals") == ""
+    assert unit("acta.loop.stalls") == "{stall}"
+    assert unit("acta.lifeline.renewals") == "{lease}"

@@ -249,7 +249,7 @@ async def test_pausing_or_dropping_a_schedule_cancels_a_fire_queued_in_its_lane(
         await store.ensure_fires({"reports": KEYED_SCHEDULE})
         fire = "SELECT status FROM acta.job WHERE schedule_name = 'reports'"
         assert await conn.fetchval(fire) == "waiting"
-        await conn.fetch(q.pause_schedule("acta"), "keyed", "reports")
+        await schedules.pause(conn, "acta", "keyed", "reports")
         assert await conn.fetchval(fire) == "cancelled"
         # The head ends and hands the lane on: no fire of the paused schedule runs.
         await conn.execute("UPDATE acta.job SET status = 'cancelled' WHERE kind = 'head'")
@@ -279,7 +279,7 @@ async def test_resuming_a_paused_schedule_brings_back_the_fire_the_pause_cancell
     [(_, coming)] = await store.ensure_fires({"yearly": YEARLY})
     # Resuming a schedule that is not paused keeps its pending fire and says which it is.
     assert await schedules.resume(conn, "acta", "default", "yearly") == coming
-    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    await schedules.pause(conn, "acta", "default", "yearly")
     assert [s for _, _, s in await fires(conn)] == ["cancelled"]
     # The coming tick did not pass while paused: the resumed schedule fires it after all
     # (the tick is unique for good: the cancelled fire is made ready again).
@@ -325,7 +325,7 @@ async def _paused_then_every_minute(
     declared again every minute: the January tick and the new declaration."""
     await store.store_schedules([YEARLY])
     [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
-    await conn.fetch(q.pause_schedule("acta"), "default", "yearly")
+    await schedules.pause(conn, "acta", "default", "yearly")
     every_minute = _redeclared("* * * * *")
     await store.store_schedules([every_minute])
     return january, every_minute

@@ -17,7 +17,7 @@ from acta_sqla import Acta, Context, Job, WaitForSignal
 from acta_sqla.store import WorkerStore
 from acta_sqla.testing import drain
 from tests.db.conftest import new_store
-from tests.telemetry import points, spans
+from tests.telemetry import points, spans, unit
 
 app = Acta(namespace="traced")
 tracer = trace.get_tracer("tests")
@@ -36,8 +36,8 @@ async def parks(ctx: Context) -> object:
     return None if ctx.resumed else WaitForSignal("go", timeout=3600)
 
 
-def job_spans(kind: str) -> list[object]:
-    return [s for s in spans.get_finished_spans() if s.name == f"acta.job {kind}"]
+def job_spans(kind: str, operation: str = "process") -> list[object]:
+    return [s for s in spans.get_finished_spans() if s.name == f"{operation} {kind}"]
 
 
 async def test_a_job_enqueued_in_a_span_runs_in_its_child_span(
@@ -57,6 +57,20 @@ async def test_a_job_enqueued_in_a_span_runs_in_its_child_span(
     carrier = json.loads(stored[ok.id])
     trace_id = format(request.get_span_context().trace_id, "032x")
     assert carrier["traceparent"].split("-")[1] == trace_id
+    # Each enqueue made a PRODUCER span, child of the request: the stored context is its.
+    created = {format(s.context.span_id, "016x"): s for s in job_spans("work", "create")}  # type: ignore[attr-defined]
+    assert len(created) == 2
+    create = created[carrier["traceparent"].split("-")[2]]
+    assert create.kind is trace.SpanKind.PRODUCER  # type: ignore[attr-defined]
+    assert create.parent.span_id == request.get_span_context().span_id  # type: ignore[attr-defined]
+    assert dict(create.attributes) == {  # type: ignore[attr-defined]
+        "messaging.system": "acta",
+        "messaging.operation.type": "create",
+        "messaging.operation.name": "create",
+        "messaging.destination.name": "work",
+        "acta.job.kind": "work",
+        "acta.namespace": "traced",
+    }
 
     await drain(app, database_url=db)
     by_job = {s.attributes["acta.job.id"]: s for s in job_spans("work")}  # type: ignore[attr-defined]
@@ -64,19 +78,27 @@ async def test_a_job_enqueued_in_a_span_runs_in_its_child_span(
     request_ctx = request.get_span_context()
     for span in (good, failed):
         assert span.context.trace_id == request_ctx.trace_id  # type: ignore[attr-defined]
-        assert span.parent.span_id == request_ctx.span_id  # type: ignore[attr-defined]
+        # The parent is the enqueue's PRODUCER span (the creation context), linked too.
+        assert span.parent.span_id in {c.context.span_id for c in created.values()}  # type: ignore[attr-defined]
+        assert [link.context.span_id for link in span.links] == [span.parent.span_id]  # type: ignore[attr-defined]
         assert span.kind is trace.SpanKind.CONSUMER  # type: ignore[attr-defined]
-    assert root.parent is None  # type: ignore[attr-defined]
+    assert good.parent.span_id == create.context.span_id  # type: ignore[attr-defined]
+    assert root.parent is None and not root.links  # type: ignore[attr-defined]
     assert dict(good.attributes) == {  # type: ignore[attr-defined]
+        "messaging.system": "acta",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": "work",
+        "messaging.message.id": str(ok.id),
+        "messaging.consumer.group.name": "traced",
         "acta.job.id": ok.id,
         "acta.job.kind": "work",
         "acta.job.attempt": 1,
         "acta.namespace": "traced",
-        "messaging.system": "acta",
-        "messaging.operation": "process",
         "acta.job.outcome": "succeeded",
         "acta.job.status": "succeeded",
     }
+    assert "messaging.operation" not in failed.attributes  # type: ignore[attr-defined]
     assert good.status.status_code is trace.StatusCode.UNSET  # type: ignore[attr-defined]
     assert failed.status.status_code is trace.StatusCode.ERROR  # type: ignore[attr-defined]
     assert failed.attributes["error.type"] == "ValueError"  # type: ignore[attr-defined]
@@ -92,12 +114,21 @@ async def test_a_job_enqueued_in_a_span_runs_in_its_child_span(
 async def test_enqueue_many_captures_the_context_for_every_job(
     db: str, async_session: AsyncSession
 ) -> None:
+    spans.clear()
     with tracer.start_as_current_span("batch"):
         await app.enqueue_many(async_session, work.jobs([{"n": i} for i in range(3)]))
         await app.enqueue_many(async_session, [work.job(n=9)])
         await async_session.commit()
     contexts = (await async_session.execute(select(Job.trace_context))).scalars().all()
     assert len(contexts) == 4 and all(c and "traceparent" in c for c in contexts)
+    # One "send" span for the batch of three (its context for each), one "create" for the Job.
+    [send] = job_spans("work", "send")
+    assert send.kind is trace.SpanKind.PRODUCER  # type: ignore[attr-defined]
+    assert send.attributes["messaging.batch.message_count"] == 3  # type: ignore[attr-defined]
+    assert send.attributes["messaging.operation.type"] == "send"  # type: ignore[attr-defined]
+    send_id = format(send.context.span_id, "016x")  # type: ignore[attr-defined]
+    assert sum(json.loads(c)["traceparent"].split("-")[2] == send_id for c in contexts) == 3
+    assert len(job_spans("work", "create")) == 1
 
 
 async def test_per_job_histograms_and_the_waits_counter(
@@ -109,17 +140,36 @@ async def test_per_job_histograms_and_the_waits_counter(
     durations = [
         p
         for p in points("acta.job.duration")
-        if p.attributes == {"namespace": "traced", "kind": "work", "outcome": "succeeded"}  # type: ignore[attr-defined]
+        if p.attributes  # type: ignore[attr-defined]
+        == {"acta.namespace": "traced", "acta.job.kind": "work", "acta.job.outcome": "succeeded"}
     ]
     assert durations and sum(p.count for p in durations) >= 1  # type: ignore[attr-defined]
-    waits = [p for p in points("acta.job.queue_wait") if p.attributes["kind"] == "work"]  # type: ignore[attr-defined]
+    waits = [p for p in points("acta.job.queue_wait") if p.attributes["acta.job.kind"] == "work"]  # type: ignore[attr-defined]
     assert waits and min(p.min for p in waits) >= 0.0  # type: ignore[attr-defined]
     parked = [
         p.value  # type: ignore[attr-defined]
         for p in points("acta.waits")
-        if p.attributes == {"reason": "signal", "namespace": "traced"}  # type: ignore[attr-defined]
+        if p.attributes == {"acta.wait.reason": "signal", "acta.namespace": "traced"}  # type: ignore[attr-defined]
     ]
     assert parked and parked[0] >= 1
+    # The messaging conventions' consumer metrics, per attempt.
+    messaging = {
+        "messaging.system": "acta",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": "work",
+        "messaging.consumer.group.name": "traced",
+    }
+    processed = [p for p in points("messaging.process.duration") if p.attributes == messaging]  # type: ignore[attr-defined]
+    assert processed and sum(p.count for p in processed) >= 1  # type: ignore[attr-defined]
+    consumed = [
+        p.value  # type: ignore[attr-defined]
+        for p in points("messaging.client.consumed.messages")
+        if p.attributes == messaging  # type: ignore[attr-defined]
+    ]
+    assert consumed and consumed[0] >= 1
+    assert unit("messaging.process.duration") == "s"
+    assert unit("messaging.client.consumed.messages") == "{message}"
+    assert unit("acta.job.duration") == "s"
 
 
 async def test_the_depth_is_measured_once_per_beat_interval_per_namespace(
@@ -143,9 +193,9 @@ async def test_the_depth_is_measured_once_per_beat_interval_per_namespace(
 
     metrics.record_depth("default", measured or [], 45.0)
     gauge = {
-        (p.attributes["kind"], p.attributes["status"]): p.value  # type: ignore[attr-defined]
+        (p.attributes["acta.job.kind"], p.attributes["acta.job.status"]): p.value  # type: ignore[attr-defined]
         for p in points("acta.queue.depth")
-        if p.attributes["namespace"] == "default"  # type: ignore[attr-defined]
+        if p.attributes["acta.namespace"] == "default"  # type: ignore[attr-defined]
     }
     assert gauge == {("a", "ready"): 2, ("b", "ready"): 1}
 
@@ -163,3 +213,29 @@ def test_without_an_sdk_nothing_is_captured_and_no_span_is_built() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["None", "None", "False"]
+
+
+def test_the_documented_table_is_the_instruments() -> None:
+    """docs/observability.md's metrics table names every instrument of the code, with its
+    unit and attributes; those the tests have recorded report that unit to the SDK."""
+    from acta_sqla.metrics import INSTRUMENTS
+    from tests.harness import REPO_ROOT
+
+    doc = (REPO_ROOT / "docs" / "observability.md").read_text()
+    table = doc[doc.index("| name | instrument | unit | attributes | what |") :]
+    documented = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        name, instrument, unit_, attributes, _what = (c.strip() for c in line.strip("|").split("|"))
+        documented[name.strip("`")] = (
+            instrument,
+            unit_,
+            {a.strip() for a in attributes.split(",")},
+        )
+    assert documented == {
+        name: (kind, unit_, set(attributes))
+        for name, (kind, unit_, attributes) in INSTRUMENTS.items()
+    }
+    for name, (_kind, unit_, _attrs) in INSTRUMENTS.items():
+        assert unit(name) in (None, unit_), name  # None: not recorded in this session

@@ -69,10 +69,10 @@ async def test_metrics_report_batches_outcomes_and_inflight(
     succeeded = sum(
         p.value  # type: ignore[attr-defined]
         for p in _points("acta.completions")
-        if p.attributes == {"outcome": "succeeded", "namespace": "drained"}  # type: ignore[attr-defined]
+        if p.attributes == {"acta.job.outcome": "succeeded", "acta.namespace": "drained"}  # type: ignore[attr-defined]
     )
     assert succeeded >= 5
-    states = {p.attributes["state"] for p in _points("acta.jobs.inflight")}  # type: ignore[attr-defined]
+    states = {p.attributes["acta.claim.state"] for p in _points("acta.jobs.inflight")}  # type: ignore[attr-defined]
     assert states == {"claimed", "executing", "finalizing"}
     assert sum(p.value for p in _points("acta.claims")) >= 5  # type: ignore[attr-defined]
 

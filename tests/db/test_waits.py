@@ -190,7 +190,7 @@ async def test_signalling_a_finished_or_missing_job_raises_and_changes_nothing(
         await signal(async_engine, 999999, "approved")
     with pytest.raises(InvalidSignal, match=r"payload=<object .*> is not JSON-serializable"):
         await signal(async_engine, job.id, "approved", object())
-    with pytest.raises(InvalidSignal, match="signal name must be a non-empty string"):
+    with pytest.raises(InvalidSignal, match="signal name '' must be a non-empty string"):
         await signal(async_engine, job.id, "")
     assert (await row(conn, job.id))["signals"] is None
 

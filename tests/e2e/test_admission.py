@@ -3,7 +3,9 @@ checked from the handlers' own records of when they started and ended."""
 
 from __future__ import annotations
 
+import secrets
 import signal
+import string
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -140,3 +142,54 @@ def test_5_lanes_of_40_jobs_from_2_concurrent_sessions_run_one_at_a_time_in_comm
         # Strictly alternating start, end, start, end: never two of the lane at once.
         assert [event for _, event, _ in mine] == ["start", "end"] * len(ids)
     assert sql("SELECT DISTINCT attempts FROM acta.job") == [(1,)]
+
+
+def test_a_rate_key_too_long_for_its_index_fails_alone_and_its_batch_mates_run(
+    db: str, sql: Sql, runs_log: Path, tmp_path: Path
+) -> None:
+    """Issue 28, item 2: a row whose rate key no btree entry can hold, written past acta's
+    checks by a plain INSERT (the job table does not index rate keys, so it is stored; a
+    concurrency key, lane or unique key that long is refused by the INSERT itself), made
+    every admission call that carried it fail on ``rate_meter_pkey``, and all its
+    batch-mates bounced, uncharged, for ever. The call is now asked again request by
+    request: the bad row fails (its budget of 1 spent, the database's reason as its
+    error), the 40 others each run once."""
+    # Random letters: PostgreSQL compresses a repetitive key small enough to index.
+    huge = "".join(secrets.choice(string.ascii_letters) for _ in range(6000))
+    # One statement: the worker claims the rows together, so the bad one shares calls.
+    sql(
+        "INSERT INTO acta.job (namespace, kind, args, concurrency_key, rate_key, max_attempts) "
+        "SELECT %s, 'rated', '{}', NULL, %s, 1 "
+        "UNION ALL SELECT %s, 'keyed', jsonb_build_object('key', 'k' || i %% 4), "
+        "'k' || i %% 4, NULL, NULL FROM generate_series(1, 20) AS i "
+        "UNION ALL SELECT %s, 'rated', '{}', NULL, 'rated', NULL FROM generate_series(1, 20)",
+        NAMESPACE,
+        huge,
+        NAMESPACE,
+        NAMESPACE,
+    )
+    with Workers(APP, db, sql, runs_log, tmp_path) as workers:
+        worker = workers(ready=True)
+        wait_for(
+            lambda: (
+                sql("SELECT count(*) FROM acta.job WHERE status IN ('succeeded', 'failed')")
+                == [(41,)]
+            ),
+            timeout=60,
+            what="every job terminal",
+        )
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    assert succeeded(sql) == 40
+    failed = sql(
+        "SELECT length(rate_key), last_error->>'type', last_error->>'message', attempts "
+        "FROM acta.job WHERE status = 'failed'"
+    )
+    assert [(n, type_, attempts) for n, type_, _, attempts in failed] == [
+        (6000, "acta.AdmissionRefused", 1)
+    ]
+    message = failed[0][2]
+    assert message.startswith("the database refused this job's admission: "), message
+    assert "rate_meter_pkey" in message, message  # PostgreSQL's own reason
+    assert sql("SELECT DISTINCT attempts FROM acta.job WHERE status = 'succeeded'") == [(1,)]
+    assert sql("SELECT count(*) FROM acta.concurrency_slot") == [(0,)]

@@ -203,3 +203,83 @@ def test_control_characters_in_stored_text_reach_the_terminal_escaped(
         assert "\x1b" not in result.stdout and "\x07" not in result.stdout
         assert "evil\\x1b]0;owned\\x07" in result.stdout
     assert "E: boom\\x1b[2J" in shown.stdout
+
+
+def test_db_url_prints_the_embedded_servers_url_starting_it(tmp_path: Path, head: str) -> None:
+    # No ACTA_DATABASE_URL: `acta db url` starts the embedded server (in a data folder of its
+    # own here) and prints the URL every acta command uses, which psql or psycopg can use too.
+    data_dir = tmp_path / "pgdata"
+    env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
+    try:
+        shown = _acta("db", "url", env=env, cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        url = shown.stdout.strip()
+        assert url == f"postgresql://postgres@/acta?host={data_dir.resolve()}"
+
+        # The same database the commands use: what `acta db upgrade` did is there.
+        _acta("db", "upgrade", env=env, cwd=tmp_path).check_returncode()
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT version_num FROM acta.alembic_version").fetchone()
+        assert row == (head,)
+
+        # The server is running now: the same URL again (its password is empty).
+        again = _acta("db", "url", "--show-password", env=env, cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() in (url, url.replace("postgres@", "postgres:@"))
+    finally:
+        embedded.stop(data_dir)
+
+
+def test_db_url_prints_the_configured_url_password_masked(
+    database_url: str, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "pgdata"
+    secret = "postgresql+asyncpg://app:s3cret@db.example:6432/app?sslmode=require"
+    env = worker_env(secret, ACTA_DATA_DIR=str(data_dir))
+
+    masked = _acta("db", "url", env=env, cwd=tmp_path)
+    assert (masked.returncode, masked.stdout, masked.stderr) == (
+        0,
+        "postgresql+asyncpg://app:***@db.example:6432/app?sslmode=require\n",
+        "",
+    )
+    shown = _acta("db", "url", "--show-password", env=env, cwd=tmp_path)
+    assert (shown.returncode, shown.stdout) == (0, secret + "\n")
+
+    # --database-url wins over ACTA_DATABASE_URL; the URL printed is one that connects.
+    real = _acta(
+        "db", "url", "--show-password", "--database-url", database_url, env=env, cwd=tmp_path
+    )
+    assert (real.returncode, real.stdout) == (0, database_url + "\n")
+    with psycopg.connect(real.stdout.strip()) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+    # A URL names the database: the embedded server is never started for it.
+    assert not data_dir.exists()
+
+    bad = _acta("db", "url", env=worker_env("mysql://app:s3cret@db/app"), cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "ACTA_DATABASE_URL" in one_line_error(bad, "db url") and "s3cret" not in bad.stderr
+
+
+def test_demo_on_the_embedded_default_says_the_server_keeps_running_and_how_to_stop_it(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "pgdata"
+    env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
+    try:
+        demo = _acta("demo", "--users", "5", env=env, cwd=tmp_path)
+        assert demo.returncode == 0, demo.stderr
+        last = demo.stdout.splitlines()[-1]
+        assert last == (
+            f"the embedded PostgreSQL in {data_dir.resolve()} keeps running for the next "
+            "command; stop it with `acta db stop`"
+        )
+        assert embedded._postmaster_info(data_dir.resolve()).is_running()
+
+        # The command it names does stop it.
+        stop = _acta("db", "stop", env=env, cwd=tmp_path)
+        assert stop.stdout == f"stopped the embedded PostgreSQL in {data_dir.resolve()}\n"
+        assert not embedded.stop(data_dir)  # nothing left running
+    finally:
+        embedded.stop(data_dir)

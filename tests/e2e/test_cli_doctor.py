@@ -17,6 +17,7 @@ from tests.db.test_doctor import (
     dead_rows_without_autovacuum,
     executing_past_lease,
     idle_transaction_holding_xmin,
+    ready_jobs,
     sql_revisions_before,
     vacuum,
     worker_row,
@@ -154,7 +155,15 @@ def test_namespace_option_expired_lease_and_dead_worker(
     # ACTA_NAMESPACE is the default, as for every command.
     env = {**acta_env, "ACTA_NAMESPACE": "stuck"}
     assert doctor(env=env, cwd=tmp_path).returncode == 2
+    # The default namespace, named by nobody and unknown here: said as info, exit 0.
     assert doctor(env=acta_env, cwd=tmp_path).returncode == 0
+
+    # A mistyped namespace, by option or environment, examines nothing: said, exit 2.
+    typo = doctor("--namespace", "stuk", env=acta_env, cwd=tmp_path)
+    assert typo.returncode == 2
+    assert "namespace 'stuk' has no jobs, no workers and no definitions; known: " in typo.stdout
+    typo = doctor("--json", env={**acta_env, "ACTA_NAMESPACE": "stuk"}, cwd=tmp_path)
+    assert checks(as_json(typo), "problem") == {("unknown_namespace", "namespace 'stuk'")}
 
 
 def test_a_schema_behind_head_exits_2(
@@ -221,3 +230,29 @@ def test_the_embedded_default_when_no_url_is_set(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout
     finally:
         embedded.stop(data_dir)
+
+
+def test_a_backlog_no_worker_serves_is_in_status_and_a_doctor_problem(
+    db: str, acta_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The issue's scenario: jobs enqueued before any worker ever started (no namespace
+    row, no worker row) and left waiting."""
+    vacuum(db)
+    ready_jobs(db, "mail", due_seconds_ago=600, n=5)
+
+    status = subprocess.run(
+        [*acta_command(), "status"],
+        env=acta_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "no namespaces yet" not in status.stdout
+    [mail] = [line.split() for line in status.stdout.splitlines() if line.startswith("mail")]
+    assert mail[1] == "5" and mail[-1] == "0"  # 5 ready, no worker alive
+
+    result = doctor("--json", "--namespace", "mail", env=acta_env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert checks(as_json(result), "problem") == {("ready_backlog", "namespace 'mail'")}

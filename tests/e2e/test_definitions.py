@@ -15,6 +15,7 @@ from tests.harness import (
     Sql,
     Workers,
     insert_jobs,
+    one_line_error,
     read_runs,
     run_acta,
 )
@@ -139,3 +140,28 @@ def test_definitions_cli_mistakes_are_one_line_errors(
         assert len(lines) == 1 and expected in lines[0], (args, out.stderr)
     after = sql("SELECT definitions_version FROM acta.namespace WHERE name = %s", NAMESPACE)
     assert before == after  # nothing changed
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("k" * 2049, "kind='kkk"),  # over the bound of every name (policy.MAX_KEY_BYTES)
+        ("k\udcff", r"kind='k\udcff' contains a lone surrogate"),  # argv byte 0xff
+    ],
+    ids=["too-long", "not-utf8"],
+)
+def test_a_kind_no_table_can_hold_is_refused_by_the_cli_in_one_line(
+    db: str, sql: Sql, tmp_path: Path, kind: str, expected: str
+) -> None:
+    # Issue 28, item 11: refused before the database (a NUL cannot reach argv at all).
+    for args in (
+        ("definitions", "set", kind, "timeout=3"),
+        ("definitions", "reset", kind),
+        ("pause", kind),
+        ("resume", kind),
+    ):
+        out = acta(db, tmp_path, *args)
+        line = one_line_error(out, " ".join(args[: 2 if args[0] == "definitions" else 1]))
+        assert expected in line, line
+    assert "bytes long in UTF-8" in acta(db, tmp_path, "pause", "k" * 2049).stderr
+    assert sql("SELECT count(*) FROM acta.definition") == [(0,)]

@@ -5,6 +5,9 @@ database; SIGTERM and a clean exit with the worker marked stopped), a separate
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -167,4 +170,66 @@ def test_a_separate_acta_worker_drains_what_the_app_enqueued(
         job = http.get(f"/jobs/{ids['job_id']}").json()
     assert job["status"] == "succeeded", log.read_text()
     assert job["result"] == {"sent": True, "user_id": ids["user_id"]}
+    stop(server)
+
+
+def _curl(argv: list[str]) -> tuple[str, str, dict[str, str], str | None]:
+    """The request ``curl -s URL [-H 'name: value'] [-d BODY]`` sends: its method, path,
+    headers and body."""
+    assert argv[:2] == ["curl", "-s"], argv
+    url, headers, body = "", {}, None
+    rest = iter(argv[2:])
+    for arg in rest:
+        if arg == "-H":
+            name, _, value = next(rest).partition(":")
+            headers[name.strip()] = value.strip()
+        elif arg == "-d":
+            body = next(rest)
+        else:
+            url = arg
+    assert url.startswith("localhost:8000/"), url
+    return (
+        ("POST" if body is not None else "GET"),
+        url.removeprefix("localhost:8000"),
+        headers,
+        body,
+    )
+
+
+def test_the_docs_curl_transcript_reads_the_job_the_sign_up_answered(
+    uvicorn: Callable[..., Uvicorn], sql: Sql
+) -> None:
+    """docs/fastapi.md's transcript, sent to the example under uvicorn: the second request
+    asks for the job id the first one answered, and the answers have the documented shape."""
+    doc = (REPO_ROOT / "docs" / "fastapi.md").read_text()
+    [transcript] = re.findall(r"```console\n(.*?)```", doc, re.S)
+    lines = transcript.splitlines()
+    assert [line.startswith("$ curl ") for line in lines] == [True, False, True, False]
+    (signup, signup_doc), (get_job, job_doc) = (
+        (_curl(shlex.split(lines[i].removeprefix("$ "))), json.loads(lines[i + 1])) for i in (0, 2)
+    )
+    # As written, the transcript is consistent: the job asked for is the one answered.
+    assert get_job[:2] == ("GET", f"/jobs/{signup_doc['job_id']}")
+    assert job_doc["id"] == signup_doc["job_id"]
+    assert job_doc["result"] == {"sent": True, "user_id": signup_doc["user_id"]}
+
+    server = uvicorn()
+    with httpx2.Client(base_url=server.base_url, timeout=10) as http:
+        method, path, headers, body = signup
+        answer = http.request(method, path, headers=headers, content=body)
+        assert answer.status_code == 200, answer.text
+        ids = answer.json()
+        assert ids.keys() == signup_doc.keys()
+        # The id the sign-up answered, where the transcript has its own.
+        path = get_job[1].replace(str(signup_doc["job_id"]), str(ids["job_id"]))
+
+        def succeeded() -> dict[str, Any] | None:
+            job: dict[str, Any] = http.get(path).json()
+            return job if job["status"] == "succeeded" else None
+
+        job = wait_for(succeeded, 60, "the signed-up user's welcome job", interval=0.05)
+    assert job == job_doc | {
+        "id": ids["job_id"],
+        "result": {"sent": True, "user_id": ids["user_id"]},
+    }
     stop(server)

@@ -1,7 +1,7 @@
-"""A worker's own path loads no SQLAlchemy, no Alembic, no pydantic-settings and no
-python-dotenv (no .env here); ``acta worker`` itself loads no Typer, none of the other
-commands and no OpenTelemetry (the app imports none): start-up is part of every deploy and
-autoscale."""
+"""A worker's own path loads no SQLAlchemy and no Alembic; ``acta worker`` is parsed by its
+Typer command and loads none of the other commands, no OpenTelemetry (the app imports
+none) and no dashboard: start-up is part of every deploy and autoscale. Its settings are
+pydantic-settings' reading of the environment and ``.env``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import REPO_ROOT, run_acta
+from tests.harness import REPO_ROOT, acta_command, run_acta, worker_env
 
 SCRIPT = """
 import sys, asyncio
@@ -29,8 +29,8 @@ async def main() -> None:
     assert not worker.crashed
 
 asyncio.run(main())
-UNNEEDED = ("sqlalchemy", "alembic", "pydantic_settings", "dotenv")
-print(sorted(m for m in sys.modules if m.split(".")[0] in UNNEEDED))
+UNNEEDED = ("sqlalchemy", "alembic", "typer", "opentelemetry", "starlette", "uvicorn")
+print(sorted(m for m in sys.modules if m.split(".")[0] in UNNEEDED or "dashboard" in m))
 """
 
 
@@ -47,33 +47,80 @@ def test_a_worker_runs_without_loading_what_it_does_not_need(db: str) -> None:
 
 
 PROBE_APP = """
-import atexit, sys
-from acta_sqla import Acta, Context
+import atexit, importlib, sys
+from acta_sqla import Acta, ActaSettings, Context
 
 acta = Acta()
 
 @acta.job
 async def noop(ctx: Context) -> None: ...
 
+def parsed_by() -> str:
+    # The Click context of the command running now: Typer's vendored Click or Click's.
+    for name in ("typer._click.globals", "click.globals"):
+        try:
+            ctx = importlib.import_module(name).get_current_context(silent=True)
+        except ImportError:
+            continue
+        if ctx is not None:
+            return f"{ctx.command_path} {type(ctx.command).__module__}"
+    return "no Click context"
+
+print("parsed by:", parsed_by(), file=sys.stderr)
+print("settings:", [c.__module__ for c in ActaSettings.__mro__][1], file=sys.stderr)
+
 def loaded() -> None:
     top = sorted({m.split(".")[0] for m in sys.modules} & set(UNNEEDED))
     commands = sorted(m for m in sys.modules if m.startswith("acta_sqla.cli."))
-    print("loaded:", top, commands, file=sys.stderr)
+    dashboard = sorted(m for m in sys.modules if m.startswith("acta_sqla.dashboard"))
+    print("loaded:", top, commands, dashboard, file=sys.stderr)
 
-UNNEEDED = ("typer", "rich", "opentelemetry", "sqlalchemy", "alembic", "pydantic_settings")
+UNNEEDED = ("opentelemetry", "sqlalchemy", "alembic", "starlette", "jinja2", "uvicorn")
 atexit.register(loaded)
 """
 
 
-def test_acta_worker_starts_without_typer_the_other_commands_or_opentelemetry(
-    db: str, tmp_path: Path
-) -> None:
+def test_acta_worker_is_the_typer_command_and_loads_nothing_else(db, sql, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Settings from ``.env`` (the app, the heartbeat, the executors) and from the
+    environment (the database URL, and the executors again: the environment wins), read by
+    pydantic-settings; ``--no-burst --burst`` is Click's to read (the last one wins)."""
     (tmp_path / "probe_app.py").write_text(PROBE_APP)
-    done = run_acta(db, "startup-cli", tmp_path, "worker", "--app", "probe_app:acta", "--burst")
+    (tmp_path / ".env").write_text(
+        "ACTA_APP=probe_app:acta\nACTA_HEARTBEAT_INTERVAL=7\nACTA_EXECUTORS=3\nSCHEMA=nowhere\n"
+    )
+    done = run_acta(db, "startup-cli", tmp_path, "worker", "--no-burst", "--burst")
     assert done.returncode == 0, done.stderr
-    line = next(x for x in done.stderr.splitlines() if x.startswith("loaded:"))
-    assert line == "loaded: [] ['acta_sqla.cli._common', 'acta_sqla.cli.launch']", line
-    # Help (and anything the plain path does not parse) still goes through Typer.
-    shown = run_acta(db, "startup-cli", tmp_path, "worker", "--app", "probe_app:acta", "--help")
+    lines = done.stderr.splitlines()
+    assert "parsed by: acta worker typer.core" in lines, done.stderr
+    assert "settings: pydantic_settings.main" in lines, done.stderr
+    assert "loaded: [] ['acta_sqla.cli._common', 'acta_sqla.cli.commands', " in done.stderr
+    assert "'acta_sqla.cli.worker'] []" in done.stderr
+    assert sql("SELECT executors, heartbeat_seconds, status FROM acta.worker") == [
+        (3, 7.0, "stopped")
+    ]
+    # The environment beats .env.
+    done = subprocess.run(
+        [*acta_command(), "worker", "--burst"],
+        env=worker_env(db, ACTA_EXECUTORS="5"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sql("SELECT executors FROM acta.worker ORDER BY id") == [(3,), (5,)]
+
+
+def test_a_bad_setting_in_dotenv_is_one_line_naming_the_variable(db: str, tmp_path: Path) -> None:
+    (tmp_path / "probe_app.py").write_text(PROBE_APP)
+    (tmp_path / ".env").write_text("ACTA_APP=probe_app:acta\nACTA_HEARTBEAT_INTERVAL=soon\n")
+    done = run_acta(db, "startup-cli", tmp_path, "worker", "--burst")
+    assert done.returncode == 2
+    assert done.stderr.startswith("acta worker: invalid setting ACTA_HEARTBEAT_INTERVAL='soon': ")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_help_goes_through_typer(db: str, tmp_path: Path) -> None:
+    shown = run_acta(db, "startup-cli", tmp_path, "worker", "--help")
     assert shown.returncode == 0, shown.stderr
     assert "--executors" in shown.stdout and "--burst" in shown.stdout

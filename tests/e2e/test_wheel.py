@@ -47,6 +47,7 @@ def test_the_wheel_ships_the_migrations_and_they_run_from_it(
     [wheel] = (tmp_path / "dist").glob("acta_sqla-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "acta_sqla/_migrations/env.py" in names
+    assert "acta_sqla/py.typed" in names  # PEP 561: type checkers read the package
     assert any(n.startswith("acta_sqla/_migrations/versions/0001") for n in names)
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)

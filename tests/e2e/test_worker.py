@@ -173,6 +173,7 @@ def test_acta_demo_runs_the_whole_system(db) -> None:  # type: ignore[no-untyped
     assert "the rolled-back one: absent" in done.stdout
     assert "charge_card recovered after retries" in done.stdout
     assert "import_feed used up its budget" in done.stdout
+    assert "acta db stop" not in done.stdout  # a URL's server is not acta's to stop
 
 
 def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]
@@ -196,15 +197,15 @@ def test_a_named_lock_is_exclusive_across_workers(sql, start_worker, runs_log) -
     assert sql("SELECT count(*) FROM acta.lock") == [(0,)]
 
 
-# `acta worker -aX` (a short option with its value attached) is not a plain form: it goes to
-# the Typer command. Each of these runs once per path.
-PATHS = {"plain": ("--app", "tests.e2e.app:acta"), "typer": ("-atests.e2e.app:acta",)}
+# The spellings of --app the Typer command reads: the long option and a short one with its
+# value attached.
+PATHS = {"long": ("--app", "tests.e2e.app:acta"), "attached": ("-atests.e2e.app:acta",)}
 
 
-@pytest.mark.parametrize("args", [("--burst",), ("--no-burst", "--burst")], ids=["plain", "typer"])
+@pytest.mark.parametrize("args", [("--burst",), ("--no-burst", "--burst")], ids=["one", "last"])
 def test_the_app_named_in_dotenv_is_served(db, sql, tmp_path, args) -> None:  # type: ignore[no-untyped-def]
     """ACTA_APP is a setting like any other: read from the environment or from the `.env`
-    file of the folder `acta worker` starts in (a repeated option goes to Typer)."""
+    file of the folder `acta worker` starts in (of a repeated flag, the last one counts)."""
     [job_id] = enqueue(sql, "work", 1, '{"n": 3}')
     (tmp_path / ".env").write_text("ACTA_APP=tests.e2e.app:acta\n")
     done = harness_run_acta(db, "e2e", tmp_path, "worker", *args)

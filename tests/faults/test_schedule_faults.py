@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.e2e.app_schedules import FIRE_FIELDS
@@ -96,3 +97,68 @@ def test_three_workers_fire_each_tick_once_through_a_sigkill(
     # Through the kill and recovery, every fire has the kind's priority and its key.
     fields = sql("SELECT DISTINCT priority, concurrency_key FROM acta.job")
     assert [tuple(r) for r in fields] == [FIRE_FIELDS]
+
+
+def test_a_worker_killed_while_its_fire_s_completion_waits_for_a_pause(
+    faults_db: str, sql: Sql, start: Workers, runs_log: Path
+) -> None:
+    """Issue 28, item 3, with a SIGKILL in the middle: a pause holds the schedule's row
+    (its transaction open) while a fire's completion, which reads that row FOR SHARE,
+    waits for it; the worker writing the completion is SIGKILLed there, then the pause
+    commits. Whatever became of the dead worker's statement (committed after the pause, or
+    lost and the fire rescued by recovery and run again by the survivor), no fire is
+    pending after the pause and none appears; resumed, the schedule fires on, each tick in
+    one row and run by one job (I10)."""
+    workers = [start(), start()]
+    wait_for(lambda: len(fired(sql)) >= 3, timeout=30, what="the first fires")
+    by_id = {w.wait_ready(): w for w in workers}
+    with psycopg.connect(faults_db) as pause:  # a transaction, held open until commit()
+        pause.execute(
+            "UPDATE acta.schedule SET enabled = false WHERE namespace = 'sched' "
+            "AND name = 'every-second'"
+        )
+
+        def blocked_worker() -> int | None:
+            rows = sql(
+                "SELECT application_name FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND application_name LIKE 'acta:complete:%%' AND datname = current_database()"
+            )
+            return int(rows[0][0].rsplit(":", 1)[1]) if rows else None
+
+        victim = by_id[wait_for(blocked_worker, timeout=30, what="a completion to wait")]
+        killed_at = victim.kill()
+        pause.execute(
+            "UPDATE acta.job SET status = 'cancelled', finished_at = now() "
+            "WHERE namespace = 'sched' AND schedule_name = 'every-second' AND status = 'ready'"
+        )
+        pause.commit()
+    seen = max(t for t, _ in fired(sql))
+    # The fire the pause found running ends (its completion, or recovery and a rerun).
+    wait_for(
+        lambda: all(s not in ("ready", "executing", "waiting") for _, s in fired(sql)),
+        timeout=60,
+        what="the running fire to end, and nothing pending",
+    )
+    assert max(t for t, _ in fired(sql)) == seen, fired(sql)
+    sql("UPDATE acta.schedule SET enabled = true")
+    survivor = next(w for w in workers if w is not victim)
+    wait_for(
+        lambda: sum(s == "succeeded" for t, s in fired(sql) if t > seen) >= 3,
+        timeout=60,
+        what="three fires after the resume (a recovery pass gives the schedule its fire)",
+    )
+    assert survivor.alive()
+    report = oracle.check(
+        sql,
+        runs_log,
+        jobs=[
+            int(r[0])
+            for r in sql(
+                "SELECT id FROM acta.job WHERE schedule_name IS NOT NULL AND status = 'succeeded'"
+            )
+        ],
+        attempts=None,
+        killed={victim.pid: killed_at},
+        extra={"I10-runs": one_job_per_tick_run},
+    )
+    assert any(r.event == "start" and r.pid == survivor.pid for r in report.runs)

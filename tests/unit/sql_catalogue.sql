@@ -1,6 +1,18 @@
 -- Every statement acta sends, as rendered (tests/unit/test_sql_catalogue.py).
 -- Regenerate after an intended change: ACTA_UPDATE_SQL_SNAPSHOT=1 pytest tests/unit/test_sql_catalogue.py
 
+-- claim.bounced_due_in: Seconds until the earliest *bounced* ready job of namespace $1 among kinds
+--   $2 is due (negative: due already; None: none). A burst worker (``acta worker --burst``,
+--   ``testing.drain``) stops only once none is left.
+SELECT extract(epoch FROM j.run_at - now())::float8
+FROM "acta".job AS j
+WHERE j.namespace = $1 AND j.status = 'ready' AND j.kind = ANY($2::text[])
+  AND j.execution_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM "acta".execution AS e
+                  WHERE e.job_id = j.id AND e.id = j.execution_id)
+ORDER BY j.run_at
+LIMIT 1;
+
 -- claim.claim_jobs: Claim: ONE statement takes up to $2 due rows of namespace $1 in claim order,
 --   moves each to 'executing', counts the attempt, and mints its execution id (the fencing token).
 --   SKIP LOCKED: two claimers never take the same row, and never wait for each other.
@@ -264,10 +276,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -342,9 +360,13 @@ next_fire AS (
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
-    JOIN "acta".schedule AS sc
+    JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
       ON sc.namespace = f.features->'next'->>'namespace'
-     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+     AND sc.name = f.features->'next'->>'schedule'
     WHERE NOT EXISTS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -400,10 +422,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -475,9 +503,13 @@ SELECT DISTINCT ON (sc.name, (f.features->'next'->>'tick')::timestamptz)
        sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM f
 JOIN done AS d ON d.id = f.job_id
-JOIN "acta".schedule AS sc
+JOIN (
+    SELECT sc.* FROM "acta".schedule AS sc
+    WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+    ORDER BY sc.namespace, sc.name
+    FOR SHARE OF sc) AS sc
   ON sc.namespace = f.features->'next'->>'namespace'
- AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+ AND sc.name = f.features->'next'->>'schedule'
 WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS later
     WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -742,10 +774,16 @@ done AS (
                       ELSE now() + make_interval(secs => c.delay) END,
         result = CASE WHEN c.status = 'succeeded' THEN c.result_json::jsonb
                       ELSE j.result END,
+        -- An operator's cancel record (who, why: session.cancel) stays with it.
         last_error = CASE WHEN c.error_type IS NULL OR c.keep_last_error
                           THEN j.last_error
                           ELSE jsonb_build_object('type', c.error_type,
-                                                  'message', c.error_message) END,
+                                                  'message', c.error_message)
+                               || CASE WHEN j.cancel_requested
+                                            AND j.last_error -> 'cancel' IS NOT NULL
+                                       THEN jsonb_build_object(
+                                           'cancel', j.last_error -> 'cancel')
+                                       ELSE '{}'::jsonb END END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                              OR (c.cancel_wins AND j.cancel_requested)
                            THEN now() END,
@@ -821,9 +859,13 @@ next_fire AS (
            sc.name, (f.features->'next'->>'tick')::timestamptz, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
     FROM f
     JOIN done AS d ON d.id = f.job_id
-    JOIN "acta".schedule AS sc
+    JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT f.features->'next'->>'namespace', f.features->'next'->>'schedule' FROM f WHERE f.features ? 'next')
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
       ON sc.namespace = f.features->'next'->>'namespace'
-     AND sc.name = f.features->'next'->>'schedule' AND sc.enabled
+     AND sc.name = f.features->'next'->>'schedule'
     WHERE NOT EXISTS (
         SELECT 1 FROM "acta".job AS later
         WHERE later.namespace = sc.namespace AND later.schedule_name = sc.name
@@ -1139,6 +1181,39 @@ JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE n.nspname = 'acta' AND t.relname IN ('job', 'execution')
 ORDER BY t.relname, i.relname;
 
+-- doctor.known_namespaces: The namespaces this database knows of, by name (at most
+--   KNOWN_NAMESPACES_CAP): those registered (a worker's start writes the namespace row), with
+--   workers or definitions, and those with ready, executing or finished jobs (a namespace no worker
+--   ever served has only those; a waiting job's namespace had a worker). The jobs' are found by
+--   skip scans of job_due_idx, job_lease_idx and job_finished_idx (one index probe per namespace
+--   each), never a scan of acta.job.
+WITH RECURSIVE ready(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status = 'ready' ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status = 'ready' AND namespace > ready.ns ORDER BY namespace LIMIT 1)
+    FROM ready WHERE ready.ns IS NOT NULL), executing(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status = 'executing' AND lease_expires_at IS NOT NULL ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status = 'executing' AND lease_expires_at IS NOT NULL AND namespace > executing.ns ORDER BY namespace LIMIT 1)
+    FROM executing WHERE executing.ns IS NOT NULL), finished(ns) AS (
+    (SELECT namespace FROM "acta".job WHERE status IN ('succeeded', 'failed', 'cancelled') ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM "acta".job
+            WHERE status IN ('succeeded', 'failed', 'cancelled') AND namespace > finished.ns ORDER BY namespace LIMIT 1)
+    FROM finished WHERE finished.ns IS NOT NULL)
+SELECT name FROM (
+    SELECT name FROM "acta".namespace
+    UNION SELECT namespace FROM "acta".worker
+    UNION SELECT namespace FROM "acta".definition
+    UNION SELECT ns FROM ready WHERE ns IS NOT NULL
+    UNION SELECT ns FROM executing WHERE ns IS NOT NULL
+    UNION SELECT ns FROM finished WHERE ns IS NOT NULL
+) AS known
+ORDER BY name
+LIMIT 50;
+
 -- doctor.late_waits: Signal waits of namespace :namespace still 'waiting' past their deadline (a
 --   heartbeat wakes them within one beat): how many (looking at FINDINGS_CAP at most) and how long
 --   the oldest is past it. Served by job_wait_deadline_idx.
@@ -1152,6 +1227,22 @@ FROM (
     LIMIT 10000
 ) AS late;
 
+-- doctor.namespace_workers: The workers of namespace :namespace as recovery sees them: how many are
+--   live (running and heard from within :dead_beats of their own beats), the longest beat a live
+--   one registered, and the beat of the one heard from last (live or not). The worker table holds a
+--   row per worker start (pruned), so this reads few rows.
+SELECT count(*) FILTER (WHERE live) AS live,
+       max(heartbeat_seconds) FILTER (WHERE live) AS live_beat,
+       (array_agg(heartbeat_seconds ORDER BY heartbeat_at DESC NULLS LAST))[1]
+           AS last_beat
+FROM (
+    SELECT heartbeat_seconds, heartbeat_at,
+           status = 'running' AND heartbeat_at >= now()
+               - make_interval(secs => :dead_beats * heartbeat_seconds) AS live
+    FROM "acta".worker
+    WHERE namespace = :namespace
+) AS w;
+
 -- doctor.prepared_transactions: Prepared (two-phase) transactions of this database: each holds
 --   vacuum's horizon, even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED.
 SELECT gid, owner, age(transaction) AS xmin_age,
@@ -1160,6 +1251,17 @@ FROM pg_prepared_xacts
 WHERE database = current_database()
 ORDER BY prepared
 LIMIT 20;
+
+-- doctor.ready_backlog: Jobs of namespace :namespace ready and due now: how many (looking at
+--   FINDINGS_CAP at most) and how long the oldest has been due. Served by job_due_idx.
+SELECT count(*) AS rows,
+       extract(epoch FROM now() - min(run_at))::float8 AS oldest_seconds
+FROM (
+    SELECT run_at FROM "acta".job
+    WHERE namespace = :namespace AND status = 'ready' AND run_at <= now()
+    ORDER BY run_at
+    LIMIT 10000
+) AS due;
 
 -- doctor.recently_dead_workers: Workers of namespace :namespace that recovery marked dead in the
 --   last :window seconds (crashed or cut off: their jobs came back through recovery). At most 20.
@@ -1199,6 +1301,14 @@ WHERE namespace = :namespace AND status = 'running'
   AND heartbeat_at < now() - make_interval(secs => :dead_beats * heartbeat_seconds)
 ORDER BY heartbeat_at
 LIMIT 20;
+
+-- doctor.stored_schedules: The stored schedules of namespace :namespace (their cron, timezone and
+--   missed policy: whether each can fire is judged in Python). A handful of rows, by the primary
+--   key.
+SELECT name, cron, timezone, missed, enabled
+FROM "acta".schedule
+WHERE namespace = :namespace
+ORDER BY name;
 
 -- doctor.table_health: Live and dead rows, last (auto)vacuum and (auto)analyze, the per-table
 --   autovacuum switch, heap and index bytes, and the frozen-xid age of acta.job and acta.execution
@@ -1264,8 +1374,11 @@ WITH RECURSIVE up (id, parent_id, namespace, lane_key, depth) AS (
 )
 SELECT namespace, lane_key FROM up WHERE lane_key IS NOT NULL;
 
--- schedules.cancel_dropped_fires: The pending fires (not running: :data:`UNSTARTED`) of dropped
---   schedules $2 of namespace $1 end ``cancelled``.
+-- schedules.cancel_unstarted_fires: The pending fires (not running: :data:`UNSTARTED`) of schedules
+--   $2 of namespace $1 end ``cancelled``: those of a paused schedule (:func:`pause_schedule` took
+--   its row first, in the same transaction) or of schedules a worker's code dropped
+--   (:func:`store_schedules` deleted their rows first). A statement of its own, after the lock: it
+--   reads the fires a completion committed while the pause waited for its row.
 UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
 WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0));
 
@@ -1274,13 +1387,19 @@ WHERE j.namespace = $1 AND j.schedule_name = ANY ($2::text[]) AND (j.status = 'r
 --   it has no pending fire and no fire that happened at or after that tick (a fire's completion may
 --   have enqueued its successor meanwhile; a fire cancelled before it started did not happen). The
 --   tick's fire cancelled before it started is made ready again (:func:`revive_on_conflict`). A
---   fire takes the schedule's stored kind, args, priority and keys (:data:`FIRE`). Answers the
---   fires enqueued (name, tick).
+--   fire takes the schedule's stored kind, args, priority and keys (:data:`FIRE`). The schedules'
+--   rows are read ``FOR SHARE`` (:func:`share_schedules`): a pause or a drop committed meanwhile is
+--   seen. Answers the fires enqueued (name, tick).
 INSERT INTO "acta".job AS j (namespace, kind, args, run_at, schedule_name, scheduled_at,
                           priority, concurrency_key, rate_key, lane_key)
 SELECT $1, sc.kind, sc.args, x.tick, sc.name, x.tick, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key
 FROM unnest($2::text[], $3::timestamptz[]) AS x(name, tick)
-JOIN "acta".schedule AS sc ON sc.namespace = $1 AND sc.name = x.name AND sc.enabled
+JOIN (
+        SELECT sc.* FROM "acta".schedule AS sc
+        WHERE sc.enabled AND (sc.namespace, sc.name) IN (SELECT $1::text, unnest($2::text[]))
+        ORDER BY sc.namespace, sc.name
+        FOR SHARE OF sc) AS sc
+  ON sc.namespace = $1 AND sc.name = x.name
 WHERE NOT EXISTS (
     SELECT 1 FROM "acta".job AS o
     WHERE o.namespace = $1 AND o.schedule_name = x.name
@@ -1294,8 +1413,9 @@ ON CONFLICT (namespace, schedule_name, scheduled_at) WHERE schedule_name IS NOT 
 RETURNING j.schedule_name, j.scheduled_at;
 
 -- schedules.list_schedules: ``acta schedules ls``: namespace $1's schedules with their pending fire
---   (next) and their latest finished fire (its tick and status). By ``job_schedule_tick_key``.
-SELECT sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
+--   (next) and their latest finished fire (its tick and status), and the database's ``now()``
+--   (whether a stored cron can fire is judged against it). By ``job_schedule_tick_key``.
+SELECT now() AS now, sc.name, sc.cron, sc.timezone, sc.kind, sc.missed, sc.enabled,
        (SELECT min(j.scheduled_at) FROM "acta".job AS j
         WHERE j.namespace = $1 AND j.schedule_name = sc.name
           AND j.status IN ('ready', 'executing', 'waiting')) AS next_fire,
@@ -1317,18 +1437,11 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('acta.schedule' || chr(31) |
 FROM (SELECT unnest($2::text[]) AS n ORDER BY 1) AS x;
 
 -- schedules.pause_schedule: Pause schedule $2 of namespace $1: no fire from now on (a running one
---   finishes); its pending fire that has not started is cancelled. Answers the schedule's name.
-WITH paused AS (
-    UPDATE "acta".schedule SET enabled = false WHERE namespace = $1 AND name = $2
-    RETURNING name
-),
-pending AS (
-    UPDATE "acta".job AS j SET status = 'cancelled', finished_at = now()
-    WHERE j.namespace = $1 AND j.schedule_name = $2 AND (j.status = 'ready' OR (j.status = 'waiting' AND j.awaited_signal IS NULL AND j.pending_children = 0))
-      AND EXISTS (SELECT 1 FROM paused)
-    RETURNING 1
-)
-SELECT name FROM paused;
+--   finishes). The UPDATE locks the schedule's row, waiting for any completion that holds it
+--   (:func:`share_schedules`); ``schedules.pause`` then cancels its pending fire with
+--   :func:`cancel_unstarted_fires` in the same transaction. Answers the schedule's name.
+UPDATE "acta".schedule SET enabled = false WHERE namespace = $1 AND name = $2
+RETURNING name;
 
 -- schedules.resume_schedule: Resume schedule $2 of namespace $1 (its next fire is enqueued with
 --   :func:`enqueue_fires`, in the same transaction). Answers the schedule's name.
@@ -1360,7 +1473,7 @@ FROM "acta".schedule AS sc WHERE sc.namespace = $1 AND sc.name = $2;
 -- schedules.store_schedules: Store namespace $1's schedules as the code declares them ($2..
 --   parallel arrays: name, cron, timezone, kind, args, missed, and what each fire takes from the
 --   kind: priority, concurrency key, rate key, lane key), and drop the namespace's schedules the
---   code no longer declares (:func:`cancel_dropped_fires` then cancels their pending fires). A
+--   code no longer declares (:func:`cancel_unstarted_fires` then cancels their pending fires). A
 --   paused schedule stays paused. Answers the names dropped. Touches only ``acta.schedule``: a lock
 --   on ``acta.job`` must hold up a worker's first claim, not its start-up.
 WITH d AS (
@@ -1368,7 +1481,9 @@ WITH d AS (
 ),
 up AS (
     INSERT INTO "acta".schedule AS sc (namespace, name, cron, timezone, kind, args, missed, priority, concurrency_key, rate_key, lane_key)
-    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed, d.priority, d.concurrency_key, d.rate_key, d.lane_key FROM d
+    -- In name order: the rows' locks are taken in the order completions take
+    -- them (share_schedules), so the two cannot deadlock.
+    SELECT $1, d.name, d.cron, d.timezone, d.kind, d.args::jsonb, d.missed, d.priority, d.concurrency_key, d.rate_key, d.lane_key FROM d ORDER BY d.name
     ON CONFLICT (namespace, name) DO UPDATE
         SET cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind, args = excluded.args, missed = excluded.missed, priority = excluded.priority, concurrency_key = excluded.concurrency_key, rate_key = excluded.rate_key, lane_key = excluded.lane_key
         WHERE (sc.cron, sc.timezone, sc.kind, sc.args, sc.missed, sc.priority, sc.concurrency_key, sc.rate_key, sc.lane_key) IS DISTINCT FROM
@@ -1384,13 +1499,15 @@ SELECT name FROM gone;
 
 -- schedules.unfired_schedules: Namespace $1's enabled schedules with no pending fire (none ready,
 --   executing or waiting), each with its latest fire's tick (NULL: it never fired; a fire cancelled
---   before it started does not count, :func:`cancelled_unstarted`), and the database's ``now()``
---   (one row of it, with a NULL name, when there is none): the fires to enqueue are computed from
---   these in Python, against the database clock. By ``job_schedule_tick_key``.
-SELECT now() AS now, u.name, u.last_tick
+--   before it started does not count, :func:`cancelled_unstarted`) and its stored cron, timezone
+--   and missed policy (a schedule this code does not declare is still checked), and the database's
+--   ``now()`` (one row of it, with a NULL name, when there is none): the fires to enqueue are
+--   computed from these in Python (``schedules.plan_fires``), against the database clock. By
+--   ``job_schedule_tick_key``.
+SELECT now() AS now, u.name, u.last_tick, u.cron, u.timezone, u.missed
 FROM (SELECT 1) AS one
 LEFT JOIN (
-    SELECT sc.name,
+    SELECT sc.name, sc.cron, sc.timezone, sc.missed,
            (SELECT max(j.scheduled_at) FROM "acta".job AS j
             WHERE j.namespace = $1 AND j.schedule_name = sc.name
               AND NOT (j.status = 'cancelled' AND j.attempts = 0)) AS last_tick
@@ -1409,8 +1526,8 @@ UPDATE acta.namespace SET definitions_version=(acta.namespace.definitions_versio
 
 -- session.cancel_waiting: A ready or waiting job ends 'cancelled' at once; a durable wait it was
 --   parked in is over (no awaited signal, no pending children: the terminal-effects trigger reads
---   the old values to cancel the children and hand a lane on).
-UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
+--   the old values to cancel the children and hand a lane on). Who and why are recorded.
+UPDATE acta.job SET status=%(status)s, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s, finished_at=now() WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
 
 -- session.definition_for_update: A kind's stored definition (declared policy and overrides), locked
 --   until commit so that two operators' changes apply one after the other.
@@ -1420,12 +1537,12 @@ WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR AND acta.definition.k
 
 -- session.insert_jobs_bulk: INSERT a batch of jobs from two JSON texts in one statement, in input
 --   order.
-INSERT INTO acta.job (namespace, kind, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, trace_context, args, status, attempts, pending_children, cancel_requested, suspect) SELECT src.r ->> 0 AS namespace, src.r ->> 1 AS kind, CAST(src.r ->> 2 AS SMALLINT) AS priority, coalesce(CAST(src.r ->> 3 AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(CAST(src.r ->> 4 AS DOUBLE PRECISION), %(coalesce_1)s))) AS run_at, CAST(src.r ->> 5 AS INTEGER) AS max_attempts, src.r ->> 6 AS concurrency_key, src.r ->> 7 AS rate_key, src.r ->> 8 AS lane_key, src.r ->> 9 AS unique_key, src.r ->> 10 AS trace_context, src.args AS args, %(status)s AS anon_1, %(attempts)s::INTEGER AS anon_2, %(pending_children)s::INTEGER AS anon_3, %(cancel_requested)s AS anon_4, %(suspect)s AS anon_5
+INSERT INTO acta.job (namespace, kind, priority, run_at, max_attempts, concurrency_key, rate_key, lane_key, unique_key, trace_context, args, attempts, pending_children, cancel_requested, suspect) SELECT src.r ->> 0 AS namespace, src.r ->> 1 AS kind, CAST(src.r ->> 2 AS SMALLINT) AS priority, coalesce(CAST(src.r ->> 3 AS TIMESTAMP WITH TIME ZONE), now() + make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, coalesce(CAST(src.r ->> 4 AS DOUBLE PRECISION), %(coalesce_1)s))) AS run_at, CAST(src.r ->> 5 AS INTEGER) AS max_attempts, src.r ->> 6 AS concurrency_key, src.r ->> 7 AS rate_key, src.r ->> 8 AS lane_key, src.r ->> 9 AS unique_key, src.r ->> 10 AS trace_context, src.args AS args, %(attempts)s::INTEGER AS anon_1, %(pending_children)s::INTEGER AS anon_2, %(cancel_requested)s AS anon_3, %(suspect)s AS anon_4
 FROM ROWS FROM (jsonb_array_elements(CAST(%(rows)s::VARCHAR AS jsonb)), jsonb_array_elements(CAST(%(args)s::VARCHAR AS jsonb))) WITH ORDINALITY AS src(r, args, ord) ORDER BY src.ord ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.unique_key;
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, status, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(status)s, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at, acta.job.outcome, acta.job.attempt_error;
+INSERT INTO acta.job (namespace, kind, args, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at, acta.job.outcome, acta.job.attempt_error;
 
 -- session.job_status: One job's status (signal tells a finished job from a missing one).
 SELECT acta.job.status
@@ -1439,14 +1556,14 @@ FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT FOR UPDATE;
 
 -- session.request_cancel: An executing job is asked to stop: its worker's next heartbeat cancels
---   the handler.
-UPDATE acta.job SET cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
+--   the handler. Who and why are recorded (the completion that ends it keeps them).
+UPDATE acta.job SET last_error=(coalesce(acta.job.last_error, CAST('{}' AS JSONB)) || jsonb_build_object(%(jsonb_build_object_1)s::VARCHAR, jsonb_strip_nulls(jsonb_build_object(%(jsonb_build_object_2)s::VARCHAR, CAST(%(cancel_by)s AS TEXT), %(jsonb_build_object_3)s::VARCHAR, CAST(%(cancel_reason)s AS TEXT), %(jsonb_build_object_4)s::VARCHAR, now())))), cancel_requested=%(cancel_requested)s WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status = %(status_1)s RETURNING acta.job.id;
 
 -- session.retry_job: An operator's retry: a finished job goes back to 'ready' now with a fresh
---   budget, as a fresh start: no result, no wait it was in, no ``resumed`` (its first run is not
---   one that follows a wait). Signals it received stay. Not while another job holds its unique key
---   (:func:`unique_key_holder`). The only way out of a terminal state.
-UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
+--   budget, as a fresh start: no result, no wait it was in, no cancel record, no ``resumed`` (its
+--   first run is not one that follows a wait). Signals it received stay. Not while another job
+--   holds its unique key (:func:`unique_key_holder`). The only way out of a terminal state.
+UPDATE acta.job SET status=%(status)s, run_at=now(), attempts=%(attempts)s::INTEGER, pending_children=%(pending_children)s::INTEGER, awaited_signal=%(awaited_signal)s::VARCHAR, resumed=%(resumed)s::VARCHAR, result=%(result)s::JSONB, last_error=(acta.job.last_error - 'cancel'::text), cancel_requested=%(cancel_requested)s, finished_at=%(finished_at)s::TIMESTAMP WITH TIME ZONE WHERE acta.job.id = %(id_1)s::BIGINT AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND NOT (EXISTS (SELECT job_1.id
 FROM acta.job AS job_1
 WHERE job_1.namespace = acta.job.namespace AND job_1.unique_key = acta.job.unique_key AND job_1.status IN (__[POSTCOMPILE_status_2]))) RETURNING acta.job.id;
 
@@ -1490,6 +1607,23 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_2)s GROUP BY acta.job.kind, acta.job.status;
 
+-- inspect.count_due_later: The Scheduled or Retrying view's size, counting no further than
+--   ``limit``.
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
+-- inspect.count_jobs_up_to: How many jobs match a filter, counting no further than ``limit``: exact
+--   for a small set (read from an index where one serves the filter), never a scan of a big one
+--   (the count stops at ``limit``; the caller then takes the planner's estimate).
+SELECT count(*) AS count_1
+FROM (SELECT acta.job.id AS id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER) AS anon_1;
+
 -- inspect.delete_finished_jobs: An operator's delete: the given jobs, if finished (an active job is
 --   never deleted under its worker); RETURNING the ids deleted.
 DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) RETURNING acta.job.id;
@@ -1498,6 +1632,18 @@ DELETE FROM acta.job WHERE acta.job.id IN (__[POSTCOMPILE_id_1]) AND acta.job.st
 --   their job).
 DELETE FROM acta.execution WHERE acta.execution.job_id IN (__[POSTCOMPILE_job_id_1]);
 
+-- inspect.due_later: The Scheduled (``retrying`` False) or Retrying view: ready jobs due later,
+--   soonest first, keyset-paged on (run_at, id) after ``after``; with the last error (a retry's).
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.last_error
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts > %(attempts_1)s::INTEGER ORDER BY acta.job.run_at, acta.job.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- inspect.estimate_due_later: The planner's estimate of the Scheduled or Retrying view's size.
+EXPLAIN (FORMAT JSON) SELECT acta.job.id
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.run_at > now() AND acta.job.attempts = %(attempts_1)s::INTEGER;
+
 -- inspect.estimate_jobs: The planner's estimate of how many jobs match a filter (a listing's count:
 --   exact would scan every matching row, a million for "succeeded").
 EXPLAIN (FORMAT JSON) SELECT acta.job.id
@@ -1505,18 +1651,28 @@ FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR;
 
 -- inspect.failed_ids: Ids of one failure group (failed in the last ``seconds`` with this error
---   type; "" for no recorded type), newest first, at most ``limit`` (a group action's batch).
+--   type; "" for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
+--   (a group action's batch).
 SELECT acta.job.id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR ORDER BY acta.job.id DESC
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
 
--- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by error type: count, first
---   and last seen, the newest one's id (the sample); through the finished index's time range.
-SELECT coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
+-- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by kind and error type (one
+--   group for "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
+--   first and last seen, the newest one's id (the sample); through the finished index's time range.
+SELECT acta.job.kind AS kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
  LIMIT %(param_1)s::INTEGER;
+
+-- inspect.finished_series: The charts: jobs finished in the last ``seconds`` (of ``kind``, None:
+--   every kind) in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded,
+--   failed and cancelled, and the mean queue wait of those claimed. Through the finished index's
+--   range (``job_prune_idx`` for one kind): the cost of the window, not of the history.
+SELECT floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s AS bucket, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.kind = %(kind_1)s::VARCHAR GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
 
 -- inspect.finished_since: (kind, status, count) of the jobs that finished in the last ``seconds``
 --   (throughput and failures), through the finished index's range on (namespace, finished_at).
@@ -1530,12 +1686,12 @@ FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lease_expires_at IS NOT NULL AND acta.job.status = %(status_1)s GROUP BY acta.job.worker_id;
 
 -- inspect.job_children: A parent's children in spawn order (by ``job_parent_idx``).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.parent_id = %(parent_id_1)s::BIGINT ORDER BY acta.job.id;
 
 -- inspect.job_detail: One job in full.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.cancel_requested, acta.job.awaited_signal, acta.job.pending_children, acta.job.signals, acta.job.resumed
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.args, acta.job.result, acta.job.last_error, acta.job.unique_key, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.parent_id, acta.job.execution_id, acta.job.worker_id, CASE WHEN (acta.job.claimed_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.claimed_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.claimed_at END AS claimed_at, CASE WHEN (acta.job.started_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.started_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.started_at END AS started_at, CASE WHEN (acta.job.lease_expires_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.lease_expires_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.lease_expires_at END AS lease_expires_at, acta.job.cancel_requested, acta.job.awaited_signal, acta.job.pending_children, acta.job.signals, acta.job.resumed
 FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT;
 
@@ -1546,7 +1702,7 @@ FROM acta.attempt
 WHERE acta.attempt.job_id = %(job_id_1)s::BIGINT ORDER BY acta.attempt.finished_at, acta.attempt.attempt;
 
 -- inspect.key_jobs: The unfinished jobs of one concurrency key, in claim order.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.concurrency_key = %(concurrency_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.priority, acta.job.run_at, acta.job.id
  LIMIT %(param_1)s::INTEGER;
@@ -1563,15 +1719,24 @@ SELECT acta.concurrency_slot.job_id, acta.concurrency_slot.execution_id, acta.co
 FROM acta.concurrency_slot
 WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concurrency_slot.key = %(key_1)s::VARCHAR ORDER BY acta.concurrency_slot.acquired_at;
 
+-- inspect.kind_rates: Each kind's live numbers over the last ``seconds``: jobs succeeded, failed
+--   and cancelled, the median and 95th percentile of their last attempt's run time (started to
+--   finished: from the job row when it keeps the attempt that ended it, migration 0015, else from
+--   that attempt's history row, found by primary key), and the mean queue wait. Through the
+--   finished index's range.
+SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+FROM acta.job LEFT OUTER JOIN acta.execution ON acta.execution.job_id = acta.job.id AND acta.execution.id = acta.job.execution_id
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
+
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
 --   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.
-SELECT DISTINCT ON (acta.job.lane_key) acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.lane_key
+SELECT DISTINCT ON (acta.job.lane_key) acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.lane_key
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lane_key IN (__[POSTCOMPILE_lane_key_1]) AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.lane_key, acta.job.status = %(status_2)s AND acta.job.awaited_signal IS NULL AND acta.job.pending_children = %(pending_children_1)s::INTEGER, acta.job.id;
 
 -- inspect.lane_jobs: A lane's unfinished jobs in run order: its head, then the queued ones by id
 --   (the order the hand-on takes them).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at, acta.job.worker_id, acta.job.claimed_at, acta.job.concurrency_key, acta.job.awaited_signal, acta.job.pending_children
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at, acta.job.worker_id, acta.job.claimed_at, acta.job.concurrency_key, acta.job.awaited_signal, acta.job.pending_children
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.lane_key = %(lane_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) ORDER BY acta.job.status = %(status_2)s AND acta.job.awaited_signal IS NULL AND acta.job.pending_children = %(pending_children_1)s::INTEGER, acta.job.id
  LIMIT %(param_1)s::INTEGER;
@@ -1605,7 +1770,7 @@ WHERE acta.definition.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.definit
 
 -- inspect.list_jobs: One page of jobs, newest first, filtered; keyset pagination: the next page
 --   starts below the last id shown (``before_id``), so a page costs the same however deep.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
@@ -1624,11 +1789,53 @@ FROM acta.lock
 WHERE acta.lock.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.lock.name
  LIMIT %(param_1)s::INTEGER;
 
--- inspect.list_namespaces: The namespaces workers have registered (the dashboard's namespace
---   switcher).
-SELECT acta.namespace.name
-FROM acta.namespace ORDER BY acta.namespace.name
- LIMIT %(param_1)s::INTEGER;
+-- inspect.list_namespaces: The namespaces this database knows of (``acta status``, the dashboard's
+--   namespace switcher): those workers registered, with workers or definitions, and those with
+--   ready, executing or finished jobs (jobs enqueued before any worker started: their namespace has
+--   no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and job_finished_idx, never
+--   a scan of acta.job.
+WITH RECURSIVE ready_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status = 'ready' ORDER BY acta.job.namespace
+ LIMIT %(param_1)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status = 'ready' AND acta.job.namespace > ready_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_2)s::INTEGER) AS anon_1
+FROM ready_ns
+WHERE ready_ns.ns IS NOT NULL),
+executing_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status = 'executing' AND acta.job.lease_expires_at IS NOT NULL ORDER BY acta.job.namespace
+ LIMIT %(param_3)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status = 'executing' AND acta.job.lease_expires_at IS NOT NULL AND acta.job.namespace > executing_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_4)s::INTEGER) AS anon_2
+FROM executing_ns
+WHERE executing_ns.ns IS NOT NULL),
+finished_ns(ns) AS
+((SELECT acta.job.namespace AS ns
+FROM acta.job
+WHERE acta.job.status IN ('succeeded', 'failed', 'cancelled') ORDER BY acta.job.namespace
+ LIMIT %(param_5)s::INTEGER) UNION ALL SELECT (SELECT acta.job.namespace
+FROM acta.job
+WHERE acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.namespace > finished_ns.ns ORDER BY acta.job.namespace
+ LIMIT %(param_6)s::INTEGER) AS anon_3
+FROM finished_ns
+WHERE finished_ns.ns IS NOT NULL)
+ SELECT known.name
+FROM (SELECT acta.namespace.name AS name
+FROM acta.namespace UNION SELECT acta.worker.namespace AS namespace
+FROM acta.worker UNION SELECT acta.definition.namespace AS namespace
+FROM acta.definition UNION SELECT ready_ns.ns AS ns
+FROM ready_ns
+WHERE ready_ns.ns IS NOT NULL UNION SELECT executing_ns.ns AS ns
+FROM executing_ns
+WHERE executing_ns.ns IS NOT NULL UNION SELECT finished_ns.ns AS ns
+FROM finished_ns
+WHERE finished_ns.ns IS NOT NULL) AS known ORDER BY known.name
+ LIMIT %(param_7)s::INTEGER;
 
 -- inspect.list_schedule_rows: The namespace's schedules with their pending fire and their latest
 --   finished fire.
@@ -1665,7 +1872,7 @@ WHERE acta.rate_meter.namespace = %(namespace_1)s::VARCHAR AND acta.rate_meter.k
 -- inspect.search_jobs: Jobs whose args text contains ``pattern`` (an ILIKE pattern, escaped by the
 --   caller), newest first, among ids in [floor_id, before_id): no index can answer a substring
 --   search, so each page reads a bounded slice of the primary key instead of the table.
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, acta.job.run_at, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.id < %(id_1)s::BIGINT AND acta.job.id >= %(id_2)s::BIGINT AND CAST(acta.job.args AS TEXT) ILIKE %(param_1)s::VARCHAR ESCAPE '\' ORDER BY acta.job.id DESC
  LIMIT %(param_2)s::INTEGER;

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from acta_sqla.errors import StoreUnavailable
+from acta_sqla.errors import StatementRefused, StoreUnavailable
 from acta_sqla.policy import Policy, Rate
 from acta_sqla.settings import CONCURRENCY_BOUNCE_SECONDS
 from acta_sqla.status import JobStatus
@@ -126,6 +126,57 @@ async def test_a_failed_admission_bounces_uncharged(
     assert bounced is not None and bounced.refund and bounced.delay == 2.0
     store.error = None
     assert await admission(entry(2, "keyed", key="c:1")) is None  # the next call is made
+
+
+class RefusingStore(FakeAdmissionStore):
+    """Refuses every call that carries a request of a job in ``poison`` with ``sqlstate``."""
+
+    def __init__(self, poison: set[int], sqlstate: str) -> None:
+        super().__init__()
+        self.poison = poison
+        self.sqlstate = sqlstate
+
+    async def admit(self, requests: Sequence[Sequence[Any]]) -> list[tuple[int, str, float]]:
+        if any(r[0] in self.poison for r in requests):
+            self.calls.append([list(r) for r in requests])
+            raise StatementRefused("admission: index row size 6016 exceeds ...", self.sqlstate)
+        return await super().admit(requests)
+
+
+async def test_a_request_the_database_refuses_for_its_data_fails_alone() -> None:
+    # Issue 28, item 2: one row with a rate key too long for rate_meter_pkey failed every
+    # call that carried it, and its batch-mates bounced with it, for ever.
+    store = RefusingStore({3}, "54000")
+    admission = Admission(store, POLICIES.__getitem__, "default")
+    store.answers[4] = ("slot", 2.0)
+    results = await asyncio.gather(*(admission(entry(i, "keyed", key="c:1")) for i in range(1, 6)))
+    # One refused call of five, then each request alone.
+    assert [[r[0] for r in call] for call in store.calls] == [
+        [1, 2, 3, 4, 5],
+        [1],
+        [2],
+        [3],
+        [4],
+        [5],
+    ]
+    assert [r is None for r in results] == [True, True, False, False, True]
+    assert results[3] is not None and results[3].outcome is Outcome.HANDBACK  # a plain bounce
+    refused = results[2]
+    assert refused is not None and refused.outcome is Outcome.ERROR and not refused.refund
+    assert refused.status is JobStatus.READY  # under its budget: retried (3 attempts left)
+    assert refused.error_type == "acta.AdmissionRefused"
+    assert refused.error_message == (
+        "the database refused this job's admission: admission: index row size 6016 exceeds ..."
+    )
+
+
+async def test_a_refusal_that_is_not_about_data_bounces_the_batch_uncharged() -> None:
+    # A revoked privilege, a lock timeout: no fault of any job's row; nothing fails.
+    store = RefusingStore({3}, "42501")
+    admission = Admission(store, POLICIES.__getitem__, "default")
+    results = await asyncio.gather(*(admission(entry(i, "keyed", key="c:1")) for i in (1, 3)))
+    assert len(store.calls) == 1
+    assert all(r is not None and r.refund and r.error_type is None for r in results)
 
 
 async def test_a_fenced_out_job_is_handed_back_without_running(

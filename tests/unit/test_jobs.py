@@ -35,7 +35,7 @@ def test_job_defaults() -> None:
 
 @pytest.mark.parametrize("kind", ["", None, 42])
 def test_job_needs_a_kind(kind: Any) -> None:
-    with pytest.raises(InvalidJob, match="kind must be a non-empty string"):
+    with pytest.raises(InvalidJob, match=r"kind=.* must be a non-empty string"):
         Job(kind=kind)
 
 

@@ -161,3 +161,106 @@ def test_a_fire_takes_the_kinds_priority_and_keys_checked_at_declaration() -> No
             "y", "* * * * *", local.job(kind="r2", lane="{region}")(report.fn), args={"region": ""}
         )
     assert "x" not in local.schedules and "y" not in local.schedules
+
+
+@pytest.mark.parametrize(
+    "cron",
+    [
+        "0 0 30 2 *",
+        "0 0 31 2 *",
+        "0 0 31 4 *",
+        "0 0 31 6 *",
+        "0 0 31 9 *",
+        "0 0 31 11 *",
+        "0 0 31 4,6 *",
+        "0 0 0 30 2 *",
+    ],
+)
+def test_a_cron_that_never_matches_is_refused_at_declaration(cron: str) -> None:
+    """croniter.is_valid accepts them; their tick cannot be computed (a schedule declared so
+    stopped every schedule of its namespace)."""
+    local = Acta(namespace="never")
+    handler = local.job(kind="r")(report.fn)
+    with pytest.raises(ConfigurationError) as raised:
+        local.schedule("x", cron, handler)
+    assert str(raised.value).startswith(f"schedule 'x': cron={cron!r} never matches")
+    assert local.schedules == {}
+
+
+def test_a_cron_that_matches_rarely_is_accepted() -> None:
+    local = Acta(namespace="rare")
+    handler = local.job(kind="r")(report.fn)
+    leap = local.schedule("leap", "0 0 29 2 *", handler)  # every 4 years (8 round 2100)
+    assert leap.next_after(at(2026, 1, 1)) == at(2028, 2, 29)
+    local.schedule("feb-or-monday", "0 0 30 2 1", handler)  # day OR weekday, as cron
+
+
+def test_one_schedule_without_a_tick_does_not_stop_the_others() -> None:
+    from acta_sqla.schedules import Schedule, plan_fires
+
+    every = app.schedule("every", "* * * * *", report)
+    now = at(2026, 5, 1, 12, 0, 30)
+    unfired = [
+        ("feb30", None, "0 0 30 2 *", "UTC", "latest"),
+        ("every", None, "* * * * *", "UTC", "latest"),
+        ("zone", None, "* * * * *", "Mars/Olympus", "latest"),  # stored by another version
+    ]
+    declared = {"every": every, "feb30": Schedule("feb30", "0 0 30 2 *", "report")}
+    fires, stuck = plan_fires(unfired, declared, now)
+    assert fires == [("every", at(2026, 5, 1, 12, 1))]
+    assert [e.name for e in stuck] == ["feb30", "zone"]
+    assert "never matches" in stuck[0].reason and "Mars/Olympus" in stuck[1].reason
+
+
+async def test_storing_schedules_tries_again_after_a_deadlock() -> None:
+    """A worker's start-up drops schedules while a completion batch holds two of their rows
+    FOR SHARE: PostgreSQL may end the start-up's statement as a deadlock; it tries again
+    instead of failing the start."""
+    from acta_sqla.errors import StatementRefused
+    from acta_sqla.settings import Timings
+    from acta_sqla.store import WorkerStore
+
+    store = WorkerStore(
+        "postgresql://nobody@localhost/none", "acta", "d", Timings.from_heartbeat(45)
+    )
+    sent: list[str] = []
+
+    class Admin:
+        async def fetch(self, sql: str, *args: object) -> list[tuple[str]]:
+            sent.append("store")
+            if len(sent) == 1:
+                raise StatementRefused("deadlock detected", "40P01")
+            return [("gone",)]
+
+        async def execute(self, sql: str, *args: object) -> None:
+            sent.append("cancel")
+
+    store.admin_conn = Admin()  # type: ignore[assignment]
+    assert await store.store_schedules([]) == ["gone"]
+    assert sent == ["store", "store", "cancel"]
+
+
+def test_a_fire_whose_successor_cannot_be_computed_still_completes() -> None:
+    """The worker adds a fire's successor to its completion (``Worker._chain``): a schedule
+    whose next tick cannot be computed gets none (the chain stops, the recovery passes name
+    it), and the fire's own completion is written unchanged; the executor used to raise
+    there, after the handler ran."""
+    from types import SimpleNamespace
+
+    from acta_sqla.schedules import Schedule
+    from acta_sqla.settings import load_settings
+    from acta_sqla.worker import Worker
+    from tests.unit.fakes import done, job
+
+    acta = Acta(namespace="default")
+    acta.schedules["feb30"] = Schedule("feb30", "0 0 30 2 *", "noop")  # as older code did
+    acta.schedules["every"] = Schedule("every", "* * * * *", "noop")
+    worker = Worker(acta, load_settings(database_url="postgresql://x@127.0.0.1:1/none"))
+    worker.store = SimpleNamespace(db_now=lambda: at(2026, 5, 1, 12, 0, 30))  # type: ignore[assignment]
+    tick = at(2026, 5, 1, 12)
+
+    stuck = worker._chain(job(1, schedule_name="feb30", scheduled_at=tick), done(1))
+    assert stuck == done(1)
+    chained = worker._chain(job(2, schedule_name="every", scheduled_at=tick), done(2))
+    assert chained.features is not None
+    assert chained.features["next"]["tick"] == at(2026, 5, 1, 12, 1).isoformat()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -102,7 +103,7 @@ def test_overrides_beat_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ("ACTA_EXECUTORS", "2.5", "integer"),
         ("ACTA_SAFETY_POLL_INTERVAL", "0", "greater than 0"),
         ("ACTA_NAMESPACE", "has space", "LISTEN channel"),
-        ("ACTA_NAMESPACE", "x" * 64, "1-63 characters"),
+        ("ACTA_NAMESPACE", "x" * 59, "1-58 characters"),
         ("ACTA_SCHEMA", "Acta-Schema", "lower-case PostgreSQL identifier"),
         ("ACTA_DATABASE_URL", "mysql://root@localhost/app", "needs PostgreSQL"),
         ("ACTA_DATABASE_URL", "not a url", "is not a database URL"),
@@ -305,3 +306,133 @@ def test_the_asyncpg_dsn_keeps_what_asyncpg_reads_and_drops_what_it_cannot() -> 
     ) == ("postgresql://db/app?application_name=a", {})
     with pytest.raises(ConfigurationError, match="connect_timeout='soon'"):
         connect_arguments("postgresql://db/app?connect_timeout=soon")
+
+
+# ---------------------------------------------------------------- pydantic-settings
+
+
+def test_the_settings_are_a_pydantic_settings_base_settings() -> None:
+    from pydantic_settings import BaseSettings
+
+    assert issubclass(ActaSettings, BaseSettings)
+    assert ActaSettings.model_config["env_prefix"] == "ACTA_"
+    assert ActaSettings.model_config["env_file"] == ".env"
+
+
+def test_the_environment_beats_dotenv_and_what_is_given_beats_both(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("ACTA_NAMESPACE=from-dotenv\nacta_schema=dotenv_schema\n")
+    monkeypatch.setenv("acta_namespace", "from-env")  # names match without regard to case
+    settings = load_settings()
+    assert (settings.namespace, settings.db_schema) == ("from-env", "dotenv_schema")
+    assert load_settings(namespace="given", db_schema="given").namespace == "given"
+    assert load_settings(db_schema="given").db_schema == "given"
+
+
+def test_only_acta_schema_names_the_schema(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The field is db_schema, its variable ACTA_SCHEMA; ACTA_DB_SCHEMA sets nothing."""
+    monkeypatch.setenv("ACTA_DB_SCHEMA", "elsewhere")
+    (tmp_path / ".env").write_text("ACTA_DB_SCHEMA=elsewhere\n")
+    assert load_settings().db_schema == "acta"
+    assert ActaSettings(db_schema="a").db_schema == "a"
+    assert ActaSettings(ACTA_SCHEMA="b").db_schema == "b"  # the alias, as before
+
+
+def test_a_bad_schema_names_the_option_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({"db_schema": "--schema"}, db_schema="Bad-Schema")
+    assert str(caught.value).startswith("invalid setting --schema='Bad-Schema': must be")
+    monkeypatch.setenv("ACTA_SCHEMA", "Bad-Schema")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings({"db_schema": "--schema"})
+    assert str(caught.value).startswith("invalid setting ACTA_SCHEMA='Bad-Schema': must be")
+
+
+def test_a_bad_value_in_dotenv_names_the_variable(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("ACTA_EXECUTORS=lots\n")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    assert str(caught.value).startswith("invalid setting ACTA_EXECUTORS='lots': ")
+
+
+class TestNestedInAnApplicationsSettings:
+    """``ActaSettings`` as a field of an application's own ``BaseSettings``."""
+
+    @staticmethod
+    def app_settings() -> tuple[type[Any], type[Any]]:
+        from pydantic import Field
+        from pydantic_settings import BaseSettings, SettingsConfigDict
+
+        class Factory(BaseSettings):
+            model_config = SettingsConfigDict(env_prefix="APP_", env_nested_delimiter="__")
+            acta: ActaSettings = Field(default_factory=ActaSettings)
+            name: str = "shop"
+
+        class Instance(BaseSettings):
+            model_config = SettingsConfigDict(env_prefix="APP_", env_nested_delimiter="__")
+            acta: ActaSettings = ActaSettings()
+
+        return Factory, Instance
+
+    def test_nested_fields_come_from_the_application_s_variables(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        factory, instance = self.app_settings()
+        monkeypatch.setenv("APP_ACTA__NAMESPACE", "billing")
+        monkeypatch.setenv("APP_ACTA__SCHEMA", "jobs")
+        monkeypatch.setenv("APP_ACTA__HEARTBEAT_INTERVAL", "10")
+        monkeypatch.setenv("APP_ACTA__DATABASE_URL", "postgresql://app@db/app")
+        for cls in (factory, instance):
+            acta = cls().acta
+            assert isinstance(acta, ActaSettings)
+            assert (acta.namespace, acta.db_schema) == ("billing", "jobs")
+            assert acta.heartbeat_interval == 10.0 and acta.timings.lease == 40.0
+            assert acta.database_url == "postgresql://app@db/app"
+        monkeypatch.delenv("APP_ACTA__SCHEMA")
+        monkeypatch.setenv("APP_ACTA__DB_SCHEMA", "by_field_name")
+        assert factory().acta.db_schema == "by_field_name"
+
+    def test_nested_in_dotenv_and_as_json(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+        from pydantic_settings import BaseSettings, SettingsConfigDict
+
+        class FromDotenv(BaseSettings):
+            model_config = SettingsConfigDict(
+                env_prefix="APP_", env_nested_delimiter="__", env_file=".env", extra="ignore"
+            )
+            acta: ActaSettings = ActaSettings()
+
+        (tmp_path / ".env").write_text("APP_ACTA__NAMESPACE=from-dotenv\n")
+        assert FromDotenv().acta.namespace == "from-dotenv"
+        factory, _ = self.app_settings()
+        monkeypatch.setenv("APP_ACTA", '{"namespace": "json", "executors": 3}')
+        assert (factory().acta.namespace, factory().acta.executors) == ("json", 3)
+
+    def test_without_nested_values_the_factory_reads_acta_s_variables(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        factory, _ = self.app_settings()
+        monkeypatch.setenv("ACTA_NAMESPACE", "from-acta-env")
+        monkeypatch.setenv("ACTA_SCHEMA", "acta_env")
+        acta = factory().acta
+        assert (acta.namespace, acta.db_schema) == ("from-acta-env", "acta_env")
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "field", "says"),
+        [
+            ("APP_ACTA__NAMESPACE", "has space", "namespace", "LISTEN channel"),
+            ("APP_ACTA__HEARTBEAT_INTERVAL", "0", "heartbeat_interval", "greater than 0"),
+            ("APP_ACTA__DATABASE_URL", "mysql://r@h/a", "database_url", "needs PostgreSQL"),
+            ("APP_ACTA__SCHEMA", "No-Way", "ACTA_SCHEMA", "lower-case PostgreSQL identifier"),
+        ],
+    )
+    def test_the_same_validation_applies_nested(
+        self, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, field: str, says: str
+    ) -> None:
+        factory, _ = self.app_settings()
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ValidationError) as caught:
+            factory()
+        [error] = caught.value.errors()
+        assert error["loc"] == ("acta", field)
+        assert says in error["msg"]

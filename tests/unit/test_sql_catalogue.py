@@ -86,6 +86,7 @@ TEXT_HELPERS = {
     # fragments of the statements that write a schedule's fire
     "schedules.cancelled_unstarted",
     "schedules.revive_on_conflict",
+    "schedules.share_schedules",
     # the heartbeat's CTE that wakes timed-out waits (rendered inside the heartbeat)
     "waits.wake_timed_out",
 }
@@ -129,6 +130,14 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "inspect.rate_meter": lambda: inspect_q.rate_meter("default", "k"),
     "inspect.list_schedule_rows": lambda: inspect_q.list_schedule_rows("default"),
     "inspect.estimate_jobs": lambda: inspect_q.estimate_jobs("default", JobStatus.FAILED, "k"),
+    "inspect.count_jobs_up_to": lambda: inspect_q.count_jobs_up_to(
+        "default", JobStatus.FAILED, "k", 10001
+    ),
+    "inspect.due_later": lambda: inspect_q.due_later("default", True, None, 51),
+    "inspect.estimate_due_later": lambda: inspect_q.estimate_due_later("default", False),
+    "inspect.count_due_later": lambda: inspect_q.count_due_later("default", True, 10001),
+    "inspect.finished_series": lambda: inspect_q.finished_series("default", 3600.0, 60.0, "k"),
+    "inspect.kind_rates": lambda: inspect_q.kind_rates("default", 300.0),
     "inspect.active_depth": lambda: inspect_q.active_depth("default"),
     "inspect.finished_since": lambda: inspect_q.finished_since("default", 3600.0),
     "inspect.newest_job_id": inspect_q.newest_job_id,
@@ -136,7 +145,7 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
         "default", JobStatus.FAILED, "k", "%text%", 1000, 500, 51
     ),
     "inspect.failure_groups": lambda: inspect_q.failure_groups("default", 86400.0, 100),
-    "inspect.failed_ids": lambda: inspect_q.failed_ids("default", "ValueError", 86400.0, 1000),
+    "inspect.failed_ids": lambda: inspect_q.failed_ids("default", "ValueError", 86400.0, 1000, "k"),
     "inspect.last_errors": lambda: inspect_q.last_errors([1, 2]),
     "inspect.last_traceback": lambda: inspect_q.last_traceback(1),
     "inspect.in_flight": lambda: inspect_q.in_flight("default"),

@@ -216,7 +216,7 @@ def test_nothing_is_coerced_to_null() -> None:
         ({"delay": "5"}, "delay='5' must be"),
         ({"delay": True}, "delay=True must be"),
         ({"delay": 10**400}, "delay=1000"),
-        ({"delay": 1e13}, r"delay=10000000000000.0 must be .* <= 1e\+12"),
+        ({"delay": 1e13}, r"delay=10000000000000.0 must be .* at most 1e10 seconds"),
         ({"run_at": datetime(2030, 1, 1)}, "run_at=.* must be a timezone-aware datetime"),
         ({"run_at": "2030-01-01T00:00:00Z"}, "run_at='2030-01-01T00:00:00Z' must be"),
         ({"run_at": date(2030, 1, 1)}, "run_at=datetime.date"),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from acta_sqla import Acta, Cancel, Context, Fail, Retry
+from acta_sqla import Acta, Cancel, Context, Fail, Retry, WaitForSignal
 from acta_sqla.policy import Policy
 from acta_sqla.settings import Timings
 from acta_sqla.values import Completion, HeartbeatReport, Outcome
@@ -189,6 +189,25 @@ async def test_failure_is_retried_with_backoff_until_the_budget_is_spent(h: Harn
     c = await h.run("boom", attempts=3)
     assert c.status == "failed"
     assert "failure budget spent" in (c.error_message or "")
+
+
+@acta.job(max_attempts=3)
+async def waits_badly(ctx: Context, name: str) -> WaitForSignal:
+    return WaitForSignal(name + "\x00")  # args cannot carry a NUL; code can
+
+
+async def test_a_wait_for_a_name_no_table_can_hold_fails_the_attempt_under_its_budget(
+    h: Harness,
+) -> None:
+    # Issue 28, item 8: the completion that parked the job was refused by the database
+    # and the job failed for good (acta.CompletionRefused, attempt 1 of 3). The wait is
+    # refused where the handler builds it, like any exception of the handler.
+    c = await h.run("waits_badly", '{"name": "go"}', attempts=1)
+    assert (c.status, c.outcome) == ("ready", Outcome.ERROR)
+    assert c.error_type == "acta_sqla.errors.InvalidJob"
+    assert (c.error_message or "").startswith("WaitForSignal: name='go\\x00' contains a NUL")
+    c = await h.run("waits_badly", '{"name": "go"}', attempts=3)
+    assert c.status == "failed" and "attempt 3 of 3" in (c.error_message or "")
 
 
 async def test_per_job_max_attempts_wins_over_the_policy(h: Harness) -> None:
