@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 from loguru import logger
 
+from . import _faults
 from .store import app_name, brief
 
 
@@ -54,6 +55,8 @@ class Listener:
         log = logger.bind(stage="listener")
         while True:
             try:
+                if _faults.active is not None:  # tests only: a simulated outage
+                    _faults.active.connecting(self.application_name)
                 conn = await asyncpg.connect(
                     self.dsn,
                     timeout=10,

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from . import _faults
 from .database import asyncpg_dsn
 from .errors import ConfigurationError, StatementRefused, StoreUnavailable
 from .queries import complete
@@ -135,6 +136,8 @@ class RoleConnection:
                 self.conn = None
                 name = self.application_name
                 try:
+                    if _faults.active is not None:  # tests only: a simulated outage
+                        _faults.active.connecting(name)
                     self.conn = await asyncpg.connect(
                         self.dsn,
                         timeout=self.timeout,

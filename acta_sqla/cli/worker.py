@@ -124,8 +124,10 @@ async def run_worker(
     grace: float = DEFAULT_GRACE_SECONDS,
     burst: bool = False,
 ) -> None:
+    from .. import _faults
     from ..worker import Worker
 
+    _faults.worker_process = True  # no testing.inline mode in a worker process
     given = {"executors": "--executors"} | ({"namespace": "--namespace"} if namespace else {})
     settings = load_settings(given, executors=executors, namespace=namespace or app.namespace)
     worker = Worker(app, settings, grace=grace, burst=burst)

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from .. import _faults as faults
 from ..settings import IDLE_JITTER_SECONDS, POLL_FLOOR_SECONDS, Timings
 from ..values import Claim, ClaimedJob
 from .clock import Clock, Timer
@@ -210,6 +211,8 @@ class Claimer:
         add, put = self.registry.add, self.claimed.put_nowait
         for job in jobs:
             put(add(job, deadline))
+        if faults.active is not None:  # tests only (acta_sqla.testing.faults)
+            await faults.active.reached("after_claim")
         if self._on_claim is not None:
             self._on_claim(len(jobs), self.clock.now() - started)
         await self.claimed.join()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from .. import _faults as faults
 from .. import metrics, tracing
 from ..app import Handler
 from ..context import Context
@@ -293,6 +294,8 @@ class Executor:
         # The registry's alarm cancels this task at min(deadline, timeout_at) and sets
         # entry.expired; a heartbeat that fires the entry does the same at once.
         self.registry.arm(entry, task)
+        if faults.active is not None:  # tests only (acta_sqla.testing.faults)
+            await faults.active.reached("in_handler")
         try:
             if handler.is_async:
                 result = await handler.fn(ctx, **kwargs)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from .. import _faults as faults
 from ..errors import StatementRefused
 from ..settings import (
     BATCH_MAX_BYTES,
@@ -253,6 +254,8 @@ class Finalizer:
         tries = 0
         while True:
             try:
+                if faults.active is not None:  # tests only (acta_sqla.testing.faults)
+                    await faults.active.reached("before_completion_commit")
                 return await self.store.complete_executions(batch)
             except StatementRefused as exc:
                 if _is_data_error(exc):

@@ -21,6 +21,7 @@ from typing import Any
 
 from loguru import logger
 
+from .. import _faults as faults
 from .. import metrics, tracing
 from ..app import Acta
 from ..database import database_url
@@ -77,6 +78,7 @@ class Worker:
         grace: float = DEFAULT_GRACE_SECONDS,
         burst: bool = False,
         clock: Clock | None = None,
+        recover_first: bool = False,
     ) -> None:
         self.acta = acta
         self.settings = settings or load_settings(namespace=acta.namespace)
@@ -89,6 +91,11 @@ class Worker:
         self.namespace = acta.namespace
         self.grace = grace
         self.burst = burst
+        self.recover_first = recover_first
+        """Run a recovery pass before the first claim (``testing.drain``: a lease a test
+        expired is taken back by the next drain)."""
+        self.killed = False
+        """Set by :meth:`kill` (``acta_sqla.testing.faults.crash_at``)."""
         self.clock = clock or Clock()
         self.timings = self.settings.timings
         self.executors_count = self.settings.executors
@@ -287,6 +294,8 @@ class Worker:
             on_renewed=self.heartbeat.renewed_outside,
         )
         self._listen()
+        if self.recover_first:
+            await self._recover()
         self.finalizer.start(on_ended=self._stage_ended)
         self.executors.start(on_ended=self._stage_ended)
         self.heartbeat.start(on_ended=self._stage_ended)
@@ -317,6 +326,13 @@ class Worker:
 
     async def run(self) -> None:
         """Start, run until a stop is requested (or, in burst mode, until idle), stop."""
+        token = faults.current.set(self)  # the stages' tasks inherit it (fault injection)
+        try:
+            await self._run()
+        finally:
+            faults.current.reset(token)
+
+    async def _run(self) -> None:
         try:
             await self.start()
         except StoreUnavailable:
@@ -330,7 +346,61 @@ class Worker:
             else:
                 await self._stop_requested.wait()
         finally:
-            await self.shutdown()
+            if self.killed:
+                await self._bury()
+            else:
+                await self.shutdown()
+
+    def kill(self) -> None:
+        """Stop dead, as SIGKILL stops ``acta worker`` (``testing.faults.crash_at``): every
+        stage is cancelled where it stands and every connection is cut at once, so nothing
+        more is written: no hand-back, no completion, no stop of the worker row. The rows
+        it held stay ``executing`` until their leases run out and recovery takes them
+        back. (A sync handler's thread cannot be killed: it runs on, unheard.)"""
+        if self.killed:
+            return
+        self.killed = True
+        self._stop_requested.set()  # stages ending now is the plan, not a crash
+        self._force.set()
+        tasks: list[asyncio.Task[Any] | None] = [
+            getattr(getattr(self, "claimer", None), "_task", None),
+            getattr(getattr(self, "finalizer", None), "task", None),
+            getattr(getattr(self, "heartbeat", None), "_task", None),
+            getattr(getattr(self, "listener", None), "_task", None),
+            *(getattr(getattr(self, "executors", None), "tasks", ())),
+            *self._background,
+        ]
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+        if self.store is not None:
+            for rc in self.store._roles():
+                rc._drop()  # terminate: the server rolls back whatever was open
+        listener = getattr(self, "listener", None)
+        if listener is not None and listener._conn is not None:
+            listener._conn.terminate()
+        log.bind(event="worker_killed", worker_id=self.worker_id).warning(
+            "worker {} killed (fault injection): nothing more is written",
+            self.worker_id,
+        )
+
+    async def _bury(self) -> None:
+        """After :meth:`kill`: wait for the cancelled stages, stop the lifeline thread (it
+        would renew the dead worker's leases) and the listener; write nothing."""
+        tasks = [t for t in (self.claimer._task, self.finalizer.task) if t is not None]
+        tasks += [*self.executors.tasks, *self._background]
+        heartbeat = self.heartbeat._task
+        if heartbeat is not None:
+            tasks.append(heartbeat)
+        current = asyncio.current_task()
+        await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
+        await self.lifeline.stop()
+        await self.listener.stop()
+        if self.store is not None:
+            for rc in self.store._roles():
+                rc._drop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.stopped.set()
 
     async def _wait_burst_done(self) -> None:
         while not self._stop_requested.is_set():
@@ -381,6 +451,9 @@ class Worker:
         # for it again (its row is left to its lease; the CLI exits past its task).
         await self.executors.stop(STUBBORN_WAIT_SECONDS if self.stubborn else FORCED_STOP_SECONDS)
         await self.finalizer.stop(FLUSH_SECONDS)
+        if self.killed:  # crash_at's point was the shutdown's last write: write nothing more
+            await self._bury()
+            return
         await self.heartbeat.stop()
         await self.lifeline.stop()
         await self.listener.stop()

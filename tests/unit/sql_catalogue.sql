@@ -1148,9 +1148,34 @@ WHERE id = $1 AND status <> 'stopped';
 -- admin.create_schema: Create acta's schema if it is missing (the migrations' first step).
 CREATE SCHEMA IF NOT EXISTS "acta";
 
+-- admin.expire_leases: End the leases of the executing jobs among ids $1 now; their ids
+--   (``testing.faults.expire_lease``).
+UPDATE "acta".job SET lease_expires_at = now() - interval '1 millisecond' WHERE id = ANY($1::bigint[]) AND status = 'executing' RETURNING id;
+
 -- admin.make_due: Make every ready job of namespace $1 that is scheduled for later due now
 --   (``testing.drain(include_scheduled=True)``).
 UPDATE "acta".job SET run_at = now() WHERE namespace = $1 AND status = 'ready' AND run_at > now();
+
+-- admin.make_due_later: Make every ready job scheduled for later due now, of namespace $1 or of
+--   every namespace when $1 is NULL; their ids (``testing.faults.make_due``).
+UPDATE "acta".job SET run_at = now() WHERE ($1::text IS NULL OR namespace = $1) AND status = 'ready' AND run_at > now() RETURNING id;
+
+-- admin.schema_sequences: The sequences of schema $1 (the pytest plugin restarts them between
+--   tests).
+SELECT sequencename FROM pg_sequences WHERE schemaname = $1 ORDER BY sequencename;
+
+-- admin.schema_tables: The tables of schema $1 but the version table $2 (the pytest plugin empties
+--   them between tests).
+SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> $2 ORDER BY tablename;
+
+-- admin.terminate_worker_connections: Cut every acta worker connection (named ``acta:*``) to the
+--   current database but this one (``testing.faults.database_outage``).
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name LIKE 'acta:%';
+
+-- admin.time_out_waits: Wake every signal wait with a timeout as timed out now (as the heartbeat's
+--   ``wake_timed_out`` does once its deadline passes), of namespace $1 or of every namespace when
+--   $1 is NULL; their ids (``testing.faults.make_due``).
+UPDATE "acta".job SET status = 'ready', run_at = now(), resumed = 'timeout', awaited_signal = NULL WHERE ($1::text IS NULL OR namespace = $1) AND status = 'waiting' AND awaited_signal IS NOT NULL AND run_at > now() AND run_at < 'infinity' RETURNING id;
 
 -- admin.version_table_exists: True once acta's migrations have run in ``schema`` (its version table
 --   exists).
