@@ -17,6 +17,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Acta": (".app", "Acta"),
     "ActaError": (".errors", "ActaError"),
     "ActaSettings": (".settings", "ActaSettings"),
+    "Breaker": (".policy", "Breaker"),
     "Cancel": (".errors", "Cancel"),
     "ConfigurationError": (".errors", "ConfigurationError"),
     "Context": (".context", "Context"),
@@ -53,6 +54,7 @@ __all__ = [
     "Acta",
     "ActaError",
     "ActaSettings",
+    "Breaker",
     "Cancel",
     "Child",
     "ConfigurationError",
@@ -113,6 +115,7 @@ if TYPE_CHECKING:
     from .models import Job as Job
     from .models import JobStatus as JobStatus
     from .models import Worker as Worker
+    from .policy import Breaker as Breaker
     from .policy import Policy as Policy
     from .policy import Rate as Rate
     from .session import EnqueueResult as EnqueueResult

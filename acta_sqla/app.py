@@ -253,7 +253,7 @@ class Acta:
         """Override fields of ``kind``'s policy in this namespace, in the session's
         transaction: ``await acta.set_policy(session, "send_mail", timeout=30, rate="10/s")``.
         Overridable: max_attempts, timeout, backoff_base, backoff_max, concurrency_limit,
-        rate, retention, paused. Each value is checked as ``@acta.job`` checks it
+        rate, retention, paused, breaker. Each value is checked as ``@acta.job`` checks it
         (``ConfigurationError``, nothing changed); on commit every worker of the namespace
         applies it within one heartbeat. Answers the kind's overrides now stored."""
         return await session.run_sync(
@@ -291,3 +291,21 @@ class Acta:
         """Resume a paused kind (paused by an operator or declared ``paused=True``): its
         queued jobs are claimed again."""
         await session.run_sync(lambda s: _session.resume_kind(s, self.namespace, kind))
+
+    async def close_breaker(
+        self, session: AsyncSession, kind: str, key: str = "", by: str = ""
+    ) -> str | None:
+        """Close ``kind``'s circuit breaker by hand (``key``: one breaker per key), in the
+        session's transaction: its counts and probes reset, its jobs start again at once.
+        Answers the state it had (None: the kind has no breaker row yet). One log line,
+        naming ``by`` (docs/breakers.md)."""
+        from . import breakers
+
+        return await session.run_sync(lambda s: breakers.close(s, self.namespace, kind, key, by))
+
+    def close_breaker_sync(
+        self, session: Session, kind: str, key: str = "", by: str = ""
+    ) -> str | None:
+        from . import breakers
+
+        return breakers.close(session, self.namespace, kind, key, by)

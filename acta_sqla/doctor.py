@@ -394,6 +394,9 @@ async def examine(
         if readable["schedule_no_tick"] is None:
             stored = await rows(q.stored_schedules(schema), namespace=namespace)
             findings += judge_schedules(namespace, [r._mapping for r in stored], server.now)
+        if readable["breaker_open"] is None:
+            tripped = await rows(q.open_breakers(schema), namespace=namespace)
+            findings += judge_breakers(namespace, [r._mapping for r in tripped])
     finally:
         await db.rollback()
 
@@ -418,6 +421,7 @@ CHECK_NEEDS: dict[str, tuple[str, str]] = {
     "waiting_timeout": ("0007", "job_wait_deadline_idx, without which it would scan acta.job"),
     "ready_backlog": ("0001", "job_due_idx and the worker table"),
     "schedule_no_tick": ("0008", "the schedule table's missed policies as this package reads them"),
+    "breaker_open": ("0016", "the breaker table"),
 }
 """The checks that read acta's own tables: the revision each needs (the latest migration
 that changed what it reads: columns, tables, or the index that keeps it cheap), and what.
@@ -835,6 +839,35 @@ def judge_schedules(
                 "fix its cron where the code declares it (`acta.schedule(...)`) and start a "
                 "worker of that code, which stores it again; or remove it from the code",
                 dict(sc),
+            )
+        )
+    return out
+
+
+def judge_breakers(namespace: str, breakers: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """Circuit breakers not closed (docs/breakers.md): their kind's jobs are held, uncharged,
+    because its recent attempts failed; a warning each, saying when it probes next."""
+    out: list[Finding] = []
+    for b in breakers:
+        what = b["kind"] if not b["key"] else f"{b['kind']} [{b['key']}]"
+        until = b["until_seconds"]
+        if b["state"] == "open" and until is not None and until > 0:
+            when = f"it lets a probe through in {_seconds(until)}"
+        else:
+            when = "it is half-open: the next probe's outcome closes or reopens it"
+        out.append(
+            Finding(
+                "breaker_open",
+                Severity.WARNING,
+                f"breaker {what!r}",
+                f"the circuit breaker of {what!r} in namespace {namespace!r} is "
+                f"{b['state'].replace('_', '-')} for {_seconds(b['since_seconds'])}: its jobs "
+                f"wait, uncharged; {when}",
+                "look at the kind's last errors (the dashboard's Failures page, `acta jobs ls "
+                "--status failed`) and at the dependency they call; once it is back the "
+                "breaker closes on its own, or close it by hand: `acta definitions "
+                "close-breaker KIND` or the dashboard's Kinds page",
+                dict(b),
             )
         )
     return out

@@ -18,6 +18,10 @@ newer one comes. A gauge reading stays current for two beats: a collector gets t
 from whichever worker measured last (sum nothing across workers: take the latest, or max,
 per namespace, kind and status).
 
+``acta.breaker.state`` is each circuit breaker's state as this worker last saw it (0
+closed, 1 half-open, 2 open; docs/breakers.md): from its admission answers and the
+transitions its own outcomes made. Take the max per namespace, kind and key.
+
 Nothing of OpenTelemetry is imported until the process has imported its metrics API itself
 (an SDK, an instrumentation or ``opentelemetry-instrument`` does, before any provider can be
 set) or names a provider in ``OTEL_PYTHON_METER_PROVIDER``: until then every ``record_*``
@@ -73,6 +77,7 @@ INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "acta.loop.stalls": ("counter", "{stall}", (NS,)),
     "acta.loop.stall.duration": ("histogram", "s", (NS,)),
     "acta.lifeline.renewals": ("counter", "{lease}", (NS,)),
+    "acta.breaker.state": ("observable gauge", "{state}", (NS, KIND, "acta.breaker.key")),
 }
 """Every instrument: name -> (instrument, unit, attributes). ``error.type`` is set only
 on a failed attempt's ``messaging.process.duration``."""
@@ -84,6 +89,10 @@ _depth: dict[str, tuple[float, list[tuple[str, str, int]]]] = {}
 measure of each namespace's depth."""
 _depth_fresh: dict[str, float] = {}
 DEPTH_FRESH_BEATS = 2
+
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+_breakers: dict[tuple[str, str, str], int] = {}
+"""(namespace, kind, key) -> the breaker's state as this process last saw it."""
 
 
 def _observe_inflight(_options: Any) -> Iterable[Observation]:
@@ -107,6 +116,13 @@ def _observe_depth(_options: Any) -> Iterable[Observation]:
             continue  # another worker measures it now
         for kind, status, count in rows:
             yield Observation(count, {NS: namespace, KIND: kind, "acta.job.status": status})
+
+
+def _observe_breakers(_options: Any) -> Iterable[Observation]:
+    from opentelemetry.metrics import Observation
+
+    for (namespace, kind, key), state in list(_breakers.items()):
+        yield Observation(state, {NS: namespace, KIND: kind, "acta.breaker.key": key})
 
 
 class _Instruments:
@@ -197,6 +213,13 @@ class _Instruments:
             "messaging.client.consumed.messages",
             unit="{message}",
             description="Number of messages that were delivered to the application.",
+        )
+        meter.create_observable_gauge(
+            "acta.breaker.state",
+            unit="{state}",
+            callbacks=[_observe_breakers],
+            description="Each circuit breaker's state as this worker last saw it: 0 closed, "
+            "1 half-open, 2 open.",
         )
 
 
@@ -312,3 +335,8 @@ def record_lifeline_renewal(namespace: str, rows: int) -> None:
 def record_bounces(namespace: str, reason: str, n: int) -> None:
     if (i := _instruments()) is not None:
         i.admission_bounces.add(n, {"acta.admission.reason": reason, NS: namespace})
+
+
+def record_breaker_state(namespace: str, kind: str, key: str, state: str) -> None:
+    """A breaker's state as this worker saw it (a dict write: the gauge reads it)."""
+    _breakers[(namespace, kind, key)] = BREAKER_STATES[state]

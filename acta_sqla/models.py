@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     Double,
@@ -33,7 +34,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, validates
 from sqlalchemy.orm.exc import ObjectDeletedError
 
@@ -581,6 +582,40 @@ class ConcurrencySlot(Base):
     worker_id: Mapped[int | None] = mapped_column(BigInteger)
     acquired_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class BreakerState(Base):
+    """A circuit breaker's shared state per (namespace, kind, key) (migration 0016; key
+    ``''`` for a breaker per kind): docs/breakers.md."""
+
+    __tablename__ = "breaker"
+
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    state: Mapped[str] = mapped_column(Text, server_default="closed")
+    """``closed``, ``open`` or ``half_open``."""
+    open_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """When an open breaker lets its probes through."""
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    window_start: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=text("'-infinity'::timestamptz")
+    )
+    calls: Mapped[int] = mapped_column(Integer, server_default="0")
+    failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    prev_calls: Mapped[int] = mapped_column(Integer, server_default="0")
+    prev_failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    probe_jobs: Mapped[list[int]] = mapped_column(
+        ARRAY(BigInteger), server_default=text("'{}'::bigint[]")
+    )
+    probe_executions: Mapped[list[int]] = mapped_column(
+        ARRAY(BigInteger), server_default=text("'{}'::bigint[]")
+    )
+
+    __table_args__ = (
+        CheckConstraint("state IN ('closed', 'open', 'half_open')", name="breaker_state_check"),
+        {"schema": SCHEMA},
     )
 
 

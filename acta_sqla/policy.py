@@ -22,6 +22,7 @@ loads) are in ``payload``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import random
 import re
@@ -255,6 +256,143 @@ class Rate:
         return self.text
 
 
+BREAKER_PER = ("kind", "concurrency_key", "rate_key")
+"""What one breaker covers: the whole kind, or each concurrency key or rate key apart."""
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    """A circuit breaker shared by every worker of the namespace (docs/breakers.md):
+    it opens when, over at least ``min_calls`` outcomes of the last ``window`` seconds,
+    the share of failures reaches ``failure_rate``; stays open ``open_for`` seconds (the
+    kind's jobs wait, uncharged); then lets ``probes`` jobs through: a success closes it,
+    a failure opens it again. ``per``: one breaker for the kind, or one per concurrency
+    key or rate key. The string form is ``"failure_rate=0.5,min_calls=20,window=60,
+    open_for=30,probes=1"`` (any field left out takes its default)."""
+
+    failure_rate: float = 0.5
+    min_calls: int = 20
+    window: float = 60.0
+    """Seconds of outcomes counted (a sliding-window counter)."""
+    open_for: float = 30.0
+    """Seconds it stays open before its probes are let through."""
+    probes: int = 1
+    per: str = "kind"
+
+    FIELDS = ("failure_rate", "min_calls", "window", "open_for", "probes", "per")
+    SYNTAX = (
+        "'failure_rate=0.5,min_calls=20,window=60,open_for=30,probes=1' "
+        "(fields failure_rate, min_calls, window, open_for, probes, per; any may be left out)"
+    )
+    MAX_PROBES = 10_000
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in self.FIELDS:
+            value = getattr(self, name)
+            try:
+                parsed = _BREAKER_CHECKS[name](value)
+            except Refused as why:
+                problems.append(f"{name}={shown(value)} {why}")
+                continue
+            if parsed is not value:
+                object.__setattr__(self, name, parsed)
+        if problems:
+            # Built in code, Breaker(...) says it at once; parse() turns it into a Refused
+            # that the policy's check names the field of.
+            raise ConfigurationError("invalid breaker: " + "; ".join(problems))
+
+    @classmethod
+    def parse(cls, value: Any) -> Breaker:
+        if isinstance(value, Breaker):
+            return value
+        if isinstance(value, Mapping):
+            unknown = [k for k in value if k not in cls.FIELDS]
+            if unknown:
+                raise Refused(f"names unknown field(s) {unknown}; write {cls.SYNTAX}")
+            return cls._made(dict(value))
+        if not isinstance(value, str) or len(value) > 1000:
+            raise Refused(f"is not a breaker; give Breaker(...) or {cls.SYNTAX}")
+        fields: dict[str, Any] = {}
+        for part in value.split(","):
+            name, sep, text = part.partition("=")
+            name = name.strip()
+            if not sep or name not in cls.FIELDS:
+                raise Refused(f"is not a breaker ({part.strip()!r}); write {cls.SYNTAX}")
+            if name in fields:
+                raise Refused(f"gives {name} twice; write {cls.SYNTAX}")
+            fields[name] = _breaker_text(name, text.strip())
+        return cls._made(fields)
+
+    @classmethod
+    def _made(cls, fields: dict[str, Any]) -> Breaker:
+        try:
+            return cls(**fields)
+        except ConfigurationError as exc:
+            raise Refused(str(exc).removeprefix("invalid breaker: ")) from None
+
+    LONG_KEY_BYTES = 256
+    """A key longer than this (in UTF-8) is stored as its SHA-256: the breaker's primary
+    key holds the kind too, and a kind and a key each up to ``MAX_KEY_BYTES`` would not fit
+    one btree entry together."""
+
+    def key_of(self, kind: str, concurrency_key: str | None, rate_key: str | None) -> str:
+        """The breaker's key for a job (``''``: the kind's one breaker)."""
+        if self.per == "concurrency_key":
+            key = concurrency_key or ""
+        elif self.per == "rate_key":
+            key = rate_key or ""
+        else:
+            return ""
+        if len(key) * 4 > self.LONG_KEY_BYTES and len(key.encode()) > self.LONG_KEY_BYTES:
+            return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+        return key
+
+    def __str__(self) -> str:
+        text = (
+            f"failure_rate={self.failure_rate:g},min_calls={self.min_calls},"
+            f"window={self.window:g},open_for={self.open_for:g},probes={self.probes}"
+        )
+        return text if self.per == "kind" else f"{text},per={self.per}"
+
+
+def _failure_rate(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Refused("must be a number in (0, 1] (the share of failures that opens it)")
+    number = float(value)
+    if not 0 < number <= 1:  # NaN fails too
+        raise Refused("must be a number in (0, 1] (the share of failures that opens it)")
+    return number
+
+
+def _per(value: Any) -> str:
+    if value not in BREAKER_PER:
+        raise Refused(f"must be one of {', '.join(BREAKER_PER)}")
+    return str(value)
+
+
+def _breaker_text(name: str, text: str) -> Any:
+    """A field of the string form, read as its type (the check then applies)."""
+    if name == "per":
+        return text
+    whole = name in ("min_calls", "probes")
+    try:
+        return int(text) if whole else float(text)
+    except ValueError:
+        what = "an int" if whole else "a number"
+        raise Refused(f"has {name}={text!r}, which is not {what}; write {Breaker.SYNTAX}") from None
+
+
+_BREAKER_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "failure_rate": _failure_rate,
+    "min_calls": _int_in(1, INT4_MAX, "outcomes in the window before it may open"),
+    "window": _seconds(positive=True, meaning="seconds of outcomes counted"),
+    "open_for": _seconds(positive=True, meaning="seconds open before the probes"),
+    "probes": _int_in(1, Breaker.MAX_PROBES, "jobs let through at once when half-open"),
+    "per": _per,
+}
+
+
 _attempts = _int_in(1, INT4_MAX, "the failure budget; the first attempt counts")
 
 
@@ -286,6 +424,7 @@ POLICY_CHECKS: dict[str, Callable[[Any], Any]] = {
         _seconds(positive=False, meaning="seconds a finished job is kept; None keeps it")
     ),
     "paused": _bool,
+    "breaker": _optional(Breaker.parse),
 }
 """Every policy field and its check: the one place a policy value is validated."""
 
@@ -298,6 +437,7 @@ OVERRIDABLE = (
     "rate",
     "retention",
     "paused",
+    "breaker",
 )
 """The fields an operator may override (``acta definitions set``, ``acta.set_policy``):
 those the workers apply. ``priority`` and the key templates are applied by the
@@ -320,12 +460,12 @@ def override_value(name: str, value: Any) -> Any:
     if isinstance(value, str):
         value = _from_text(name, value)
     parsed = POLICY_CHECKS[name](value)
-    return str(parsed) if isinstance(parsed, Rate) else parsed
+    return str(parsed) if isinstance(parsed, Rate | Breaker) else parsed
 
 
 def _from_text(name: str, text: str) -> Any:
     word = text.strip().lower()
-    if word in ("none", "null") and name in ("concurrency_limit", "rate", "retention"):
+    if word in ("none", "null") and name in ("concurrency_limit", "rate", "retention", "breaker"):
         return None
     if name == "paused":
         if word in ("true", "yes", "on", "1"):
@@ -338,7 +478,7 @@ def _from_text(name: str, text: str) -> Any:
             return int(word)
         except ValueError:
             raise Refused("must be an int") from None
-    if name == "rate":
+    if name in ("rate", "breaker"):
         return text
     try:
         return float(word)
@@ -377,6 +517,9 @@ class Policy:
     paused: bool = False
     """Jobs of a paused kind stay queued, unclaimed, until it is resumed (running ones
     finish): an operator's switch (``acta pause KIND``), declared False."""
+    breaker: Breaker | None = None
+    """A circuit breaker shared by every worker (docs/breakers.md): ``Breaker(...)`` or its
+    string form ``"failure_rate=0.5,min_calls=20,window=60,open_for=30,probes=1"``."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -413,7 +556,7 @@ class Policy:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            name: str(value) if isinstance(value, Rate) else value
+            name: str(value) if isinstance(value, Rate | Breaker) else value
             for name in self.field_names()
             for value in (getattr(self, name),)
         }

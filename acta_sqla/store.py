@@ -540,6 +540,16 @@ class WorkerStore:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    async def breaker_record(
+        self, outcomes: Sequence[Sequence[Any]]
+    ) -> list[tuple[str, str, str, float | None]]:
+        """ONE call: count breaker kinds' outcomes (``worker/breakers.py``); the transitions
+        made (kind, key, new state, seconds it stays open)."""
+        rows = await self.admission_conn.fetch(
+            self.sql.breaker_record, self.namespace, json.dumps(outcomes)
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
     async def store_schedules(self, schedules: Sequence[Schedule]) -> list[str]:
         """Store the code's schedules; the names of the namespace's schedules it dropped."""
         rows = [s.row() for s in schedules]

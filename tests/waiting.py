@@ -3,6 +3,9 @@
 ``wait_for`` blocks (for tests that drive other processes); ``until`` yields to the event
 loop (for async tests whose subject runs on the same loop). Both return the predicate's
 first truthy value and fail, naming what they waited for, once the deadline passes.
+Both poll at ``interval`` first, then less and less often (x1.5 a poll, up to
+``max(interval, SLOWEST)``): a condition met at once is seen at once, and a long wait does
+not ask the database 50 times a second while other tests need the same two cores.
 ``until_lock_waiters`` waits until statements sent elsewhere are queued on a lock in the
 server (the moment a concurrency test must reach before it lets the holder go).
 """
@@ -17,6 +20,13 @@ from typing import Any
 
 import asyncpg
 
+SLOWEST = 0.1
+"""The longest pause between two polls (unless the caller's own interval is longer)."""
+
+
+def _next(pause: float, slowest: float) -> float:
+    return min(pause * 1.5, slowest)
+
 
 def _timed_out(timeout: float, what: str, predicate: object) -> AssertionError:
     return AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
@@ -26,10 +36,12 @@ def wait_for(
     predicate: Callable[[], object], timeout: float = 30.0, what: str = "", interval: float = 0.02
 ) -> Any:
     deadline = time.monotonic() + timeout
+    pause, slowest = interval, max(interval, SLOWEST)
     while not (value := predicate()):
         if time.monotonic() > deadline:
             raise _timed_out(timeout, what, predicate)
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = _next(pause, slowest)
     return value
 
 
@@ -39,6 +51,7 @@ async def until(
     """As ``wait_for``, on the event loop; ``predicate`` may also return an awaitable (a
     question asked of the database), whose result is the condition."""
     deadline = time.monotonic() + timeout
+    pause, slowest = interval, max(interval, SLOWEST / 5)
     while True:
         value = predicate()
         if inspect.isawaitable(value):
@@ -47,7 +60,8 @@ async def until(
             return value
         if time.monotonic() > deadline:
             raise _timed_out(timeout, what, predicate)
-        await asyncio.sleep(interval)
+        await asyncio.sleep(pause)
+        pause = _next(pause, slowest)
 
 
 async def until_lock_waiters(

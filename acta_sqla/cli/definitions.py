@@ -37,11 +37,16 @@ def _show(value: Any) -> str:
 @run_cli
 def ls(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
     """Each kind's effective policy; an operator's overrides are marked with *."""
-    from .. import inspect
+    from .. import breakers, inspect
     from ..policy import OVERRIDABLE
 
     ns = _namespace(namespace)
-    rows = _run(database_url, lambda s: inspect.definitions(s, ns))
+
+    async def work(s: AsyncSession) -> tuple[Any, Any, Any]:
+        found = await s.run_sync(lambda sync: breakers.breakers(sync, ns))
+        return await inspect.definitions(s, ns), found, await _db_now(s)
+
+    rows, states, now = _run(database_url, work)
     if not rows:
         typer.echo(f"no kinds stored in namespace {ns!r} (a worker stores them when it starts)")
         return
@@ -50,6 +55,12 @@ def ls(namespace: Namespace = None, database_url: DatabaseUrl = None) -> None:
         for name in OVERRIDABLE:
             mark = "*" if name in row.overridden else " "
             typer.echo(f"  {mark} {name:<18} {_show(row.effective.get(name))}")
+        if row.effective.get("breaker") is not None:
+            mine = [b for b in states if b.kind == row.kind]
+            for b in mine or [None]:
+                where = f" [{printable(b.key)}]" if b is not None and b.key else ""
+                shown = b.shown(now) if b is not None else "closed"
+                typer.echo(f"    breaker state{where:<6} {shown}")
 
 
 def _change(
@@ -81,7 +92,9 @@ def set_(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Override fields of a kind's policy (max_attempts, timeout, backoff_base, backoff_max,
-    concurrency_limit, rate, retention, paused); workers apply it within one heartbeat."""
+    concurrency_limit, rate, retention, paused, breaker); workers apply it within one
+    heartbeat. A breaker: breaker=failure_rate=0.5,min_calls=20,window=60,open_for=30,probes=1
+    (or breaker=none)."""
     fields: dict[str, Any] = {}
     for item in assignments:
         name, sep, value = item.partition("=")
@@ -115,6 +128,40 @@ def reset(
         lambda a, s: a.reset_policy(s, kind, *(names or [])),
     )
     typer.echo(f"{kind}: overrides now {json.dumps(stored, sort_keys=True)}")
+
+
+@app.command("close-breaker")
+@run_cli
+def close_breaker(
+    kind: Kind,
+    key: Annotated[
+        str, typer.Option(help="The key of a breaker per concurrency or rate key.")
+    ] = "",
+    namespace: Namespace = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Close a kind's circuit breaker by hand: its jobs start again at once."""
+    import getpass
+
+    before = _change(
+        "acta definitions close-breaker",
+        database_url,
+        namespace,
+        lambda a, s: a.close_breaker(s, kind, key, by=f"{getpass.getuser()} (acta cli)"),
+    )
+    what = kind if not key else f"{kind} [{key}]"
+    if before is None:
+        fail(
+            f"{what!r} has no breaker state in this namespace (it has none, or never counted)",
+            command="acta definitions close-breaker",
+        )
+    typer.echo(f"breaker {what} closed (it was {before})")
+
+
+async def _db_now(session: AsyncSession) -> Any:
+    from sqlalchemy import func, select
+
+    return (await session.execute(select(func.now()))).scalar_one()
 
 
 @run_cli

@@ -274,10 +274,13 @@ def status(
         return
     ns = _namespace(namespace)
 
-    async def work(session: AsyncSession) -> tuple[Any, list[inspect.WorkerRow]]:
-        return await inspect.queue_depth(session, ns), await inspect.workers(session, ns)
+    async def work(session: AsyncSession) -> tuple[Any, list[inspect.WorkerRow], Any]:
+        from .. import breakers
 
-    table, workers = _run(database_url, work)
+        found = await session.run_sync(lambda s: breakers.breakers(s, ns))
+        return await inspect.queue_depth(session, ns), await inspect.workers(session, ns), found
+
+    table, workers, breaker_rows = _run(database_url, work)
     typer.echo(f"namespace {ns!r}")
     typer.echo(f"  {'kind':<24}" + "".join(f"{s:>11}" for s in statuses))
     for kind, counts in table.items():
@@ -294,6 +297,14 @@ def status(
         )
     if not workers:
         typer.echo("  (none)")
+    if breaker_rows:
+        # Circuit breakers (docs/breakers.md): each one's state and when it changes next.
+        from datetime import UTC, datetime
+
+        now = datetime.now(UTC)
+        typer.echo("breakers:")
+        for b in breaker_rows:
+            typer.echo(f"  {printable(b.label)[:40]:<40} {b.shown(now)}")
 
 
 @run_cli

@@ -73,12 +73,18 @@ async def schedule(session: AsyncSession, namespace: str, name: str, op: str) ->
     return "fired" if rows else "schedule-missing"
 
 
-async def kind(session: AsyncSession, namespace: str, name: str, op: str) -> str:
-    """As ``acta pause|resume KIND``: a result code for the page."""
+async def kind(session: AsyncSession, namespace: str, name: str, op: str, by: str = "") -> str:
+    """As ``acta pause|resume KIND`` and ``acta definitions close-breaker KIND`` (every
+    breaker of the kind; ``by``: who, for the log line): a result code for the page."""
     from ..app import Acta
     from ..errors import ConfigurationError
 
     acta = Acta(namespace, allow_unknown_kinds=True)
+    if op == "close-breaker":
+        from .. import breakers
+
+        closed = await session.run_sync(lambda s: breakers.close_kind(s, namespace, name, by))
+        return "breaker-closed" if closed else "breaker-not-open"
     try:
         if op == "pause":
             await acta.pause(session, name)

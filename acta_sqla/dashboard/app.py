@@ -122,6 +122,8 @@ MESSAGES = {
     "policy-set": "Policy changed: every worker of the namespace applies it within one heartbeat.",
     "policy-unchanged": "Nothing changed: every value was already the kind's.",
     "policy-reset": "Overrides dropped: the declared policy applies within one heartbeat.",
+    "breaker-closed": "Breaker closed: the kind's jobs start again.",
+    "breaker-not-open": "Not closed: the kind's breaker was not open.",
 }
 """Messages shown after an action, by code (the redirect names the code, never text)."""
 
@@ -1082,16 +1084,19 @@ async def schedules(ctx: Ctx, session: AsyncSession) -> Response:
 
 
 async def definitions(ctx: Ctx, session: AsyncSession) -> Response:
+    from .. import breakers as _breakers
     from ..policy import OVERRIDABLE
 
     rows = await inspect.definitions(session, ctx.namespace)
     rates = await inspect.kind_rates(session, ctx.namespace, RATE_SECONDS)
+    states = await session.run_sync(lambda s: _breakers.breakers(s, ctx.namespace))
     return ctx.render(
         "definitions.html",
         kinds=rows,
         fields=OVERRIDABLE,
         rates=rates,
         rate_minutes=int(RATE_SECONDS // 60),
+        breakers=states,
         live=True,
     )
 
@@ -1254,11 +1259,13 @@ async def definition_action(ctx: Ctx, session: AsyncSession) -> Response:
     if op == "reset":
         return await _reset_policy(ctx, session, kind)
     back = ctx.url("definitions")
-    if op not in ("pause", "resume"):
-        raise BadInput(f"unknown action {op!r}: pause, resume, set or reset")
+    if op not in ("pause", "resume", "close-breaker"):
+        raise BadInput(f"unknown action {op!r}: pause, resume, close-breaker, set or reset")
     if not _confirmed(ctx):
-        return _confirm(ctx, f"{op.capitalize()} kind {kind!r}?", op.capitalize(), back)
-    code = await actions.kind(session, ctx.namespace, kind, op)
+        label = "Close the breaker of" if op == "close-breaker" else op.capitalize()
+        return _confirm(ctx, f"{label} kind {kind!r}?", label.split()[0], back)
+    by = f"{_client(ctx)} (dashboard)"
+    code = await actions.kind(session, ctx.namespace, kind, op, by)
     _log("INFO", "{} kind {} in {} from {}: {}", op, kind, ctx.namespace, _client(ctx), code)
     return ctx.redirect(back + ("&" if "?" in back else "?") + urlencode({"msg": code}))
 

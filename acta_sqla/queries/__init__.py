@@ -29,6 +29,7 @@ _WORKER_NAMES = {"WorkerSQL"}
 _SUBMODULES = {
     "admin",
     "admission",
+    "breakers",
     "claim",
     "complete",
     "definitions",

@@ -261,3 +261,16 @@ def _literal(value: str) -> str:
     # The schema is checked to be a plain lower-case identifier (settings.SCHEMA_PATTERN);
     # quoting the literal anyway keeps the statement valid whatever it is.
     return "'" + value.replace("'", "''") + "'"
+
+
+def open_breakers(schema: str) -> str:
+    """The circuit breakers of namespace :namespace that are not closed (docs/breakers.md):
+    kind, key, state, seconds since it changed, seconds until an open one half-opens. By
+    the primary key; a handful of rows."""
+    return f"""
+        SELECT kind, key, state,
+               extract(epoch FROM now() - changed_at)::float8 AS since_seconds,
+               extract(epoch FROM open_until - now())::float8 AS until_seconds
+        FROM {quote(schema)}.breaker
+        WHERE namespace = :namespace AND state <> 'closed'
+        ORDER BY kind, key"""

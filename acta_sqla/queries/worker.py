@@ -50,6 +50,7 @@ class WorkerSQL:
         self.measure_depth = heartbeat.measure_depth(schema)
         self.take_lock = locks.take_lock(schema)
         self.admit = admission.admit(schema)
+        self.breaker_record = admission.breaker_record(schema)
         self.children_of = waits.children_of(schema)
         self.lanes_held_above = waits.lanes_held_above(schema)
         self.store_schedules = schedules.store_schedules(schema)

@@ -31,12 +31,23 @@ from ..policy import Policy
 from ..settings import CONCURRENCY_BOUNCE_SECONDS
 from ..values import ClaimedJob, Completion
 from . import completions
+from .breakers import Admitted, Breakers, log_transition
 from .inflight import Entry
 
 log = logger.bind(stage="admission")
 
 ADMITTED, SLOT, RATE, LOST = "admitted", "slot", "rate", "lost"
-"""The verdicts ``admit`` answers."""
+BREAKER, PROBE, HALF_OPEN = "breaker", "probe", "half_open"
+"""The verdicts ``admit`` answers (the last three for a kind with a breaker: refused by
+it, admitted as a probe, admitted as the probe that made it half-open)."""
+RUNS = frozenset({ADMITTED, PROBE, HALF_OPEN})
+
+
+_REASONS = {
+    SLOT: "no free concurrency slot",
+    RATE: "rate limit",
+    BREAKER: "circuit breaker open",
+}
 
 
 class Request(NamedTuple):
@@ -51,6 +62,9 @@ class Request(NamedTuple):
     rate_period: float | None
     bounce: float
     """Seconds before a job refused a slot is due again."""
+    breaker_key: str | None = None
+    """The job's breaker (``''``: the kind's one breaker; None: the kind has none)."""
+    probes: int | None = None
 
 
 class AdmissionStore(Protocol):
@@ -60,10 +74,12 @@ class AdmissionStore(Protocol):
 def request(job: ClaimedJob, policy: Policy, bounce: float) -> Request | None:
     """What admission must ask for ``job``, or None: a plain job asks nothing. A job's own
     concurrency key on a kind that declares none takes one slot per key (Policy's rule);
-    a rate applies per the job's rate key, or per the kind when it has none."""
+    a rate applies per the job's rate key, or per the kind when it has none; a breaker
+    per the kind, or per the job's concurrency or rate key (docs/breakers.md)."""
     limit = policy.concurrency_slots if job.concurrency_key is not None else None
     rate = policy.rate
-    if limit is None and rate is None:
+    breaker = policy.breaker
+    if limit is None and rate is None and breaker is None:
         return None
     return Request(
         job.id,
@@ -72,6 +88,8 @@ def request(job: ClaimedJob, policy: Policy, bounce: float) -> Request | None:
         rate.count if rate else None,
         rate.period if rate else None,
         bounce,
+        breaker.key_of(job.kind, job.concurrency_key, job.rate_key) if breaker else None,
+        breaker.probes if breaker else None,
     )
 
 
@@ -84,8 +102,10 @@ class Admission:
         policies: Callable[[str], Policy],
         namespace: str,
         bounce: float = CONCURRENCY_BOUNCE_SECONDS,
+        breakers: Breakers | None = None,
     ) -> None:
         self.store = store
+        self.breakers = breakers
         self.policies = policies
         self.namespace = namespace
         self.bounce = bounce
@@ -96,7 +116,8 @@ class Admission:
 
     async def __call__(self, entry: Entry) -> Completion | None:
         job = entry.job
-        asked = request(job, self.policies(job.kind), self.bounce)
+        policy = self.policies(job.kind)
+        asked = request(job, policy, self.bounce)
         if asked is None:
             return None
         future: asyncio.Future[tuple[str, float]] = asyncio.get_running_loop().create_future()
@@ -132,7 +153,9 @@ class Admission:
                 self.bounce,
             )
             return completions.bounce(job, self.bounce)
-        if verdict == ADMITTED:
+        if asked.breaker_key is not None:
+            self._breaker_seen(job, asked.breaker_key, policy, verdict, wait)
+        if verdict in RUNS:
             return None
         if verdict == LOST:
             # Another execution owns the row (our lease ran out): nothing was taken, and
@@ -141,11 +164,27 @@ class Admission:
         log.bind(event="bounce", job_id=job.id, reason=verdict).debug(
             "job {} bounced ({}): due again in {:.3f}s",
             job.id,
-            "no free concurrency slot" if verdict == SLOT else "rate limit",
+            _REASONS.get(verdict, verdict),
             wait,
         )
         metrics.record_bounces(self.namespace, verdict, 1)
         return completions.bounce(job, max(0.0, wait))
+
+    def _breaker_seen(
+        self, job: ClaimedJob, key: str, policy: Policy, verdict: str, wait: float
+    ) -> None:
+        """A breaker's answer: the gauge; the transition's log line; an admitted job noted
+        for its outcome."""
+        assert policy.breaker is not None
+        if verdict == BREAKER:
+            metrics.record_breaker_state(self.namespace, job.kind, key, "open")
+        elif verdict == HALF_OPEN:
+            log_transition(self.namespace, job.kind, key, "half_open", None)
+        elif verdict in RUNS:
+            state = "closed" if verdict == ADMITTED else "half_open"
+            metrics.record_breaker_state(self.namespace, job.kind, key, state)
+        if verdict in RUNS and self.breakers is not None:
+            self.breakers.note(job.id, job.execution_id, Admitted(job.kind, key, policy.breaker))
 
     async def _flush(self) -> None:
         # Let every executor that runs in this loop turn ask first: the claim hands its
@@ -165,7 +204,10 @@ class Admission:
         bounced, uncharged, for ever."""
         self.calls += 1
         try:
-            answers = await self.store.admit([r for r, _ in batch])
+            # A request without a breaker goes as before 0016 (six positions).
+            answers = await self.store.admit(
+                [r if r.breaker_key is not None else r[:6] for r, _ in batch]
+            )
         except StatementRefused as exc:
             if not exc.data_unwritable:
                 _fail(batch, exc)

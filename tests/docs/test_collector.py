@@ -101,11 +101,11 @@ async def test_an_unknown_setup_name_fails(tmp_path: Path, doc_context: DocConte
         await run_block(block, doc_context)
 
 
-def test_pytest_m_docs_fails_on_a_broken_block(tmp_path: Path) -> None:
+def test_pytest_m_docs_fails_on_a_broken_block(tmp_path: Path, server_url: str) -> None:
     """The run CI makes, on a copy of the docs with one block broken on purpose (its own
-    test database, as any pytest run: ACTA_TEST_DATABASE_URL or the embedded server)."""
+    test database, on this run's server; in one process: ``-n 0``)."""
     _write(tmp_path, "README.md", BROKEN)
-    env = {**os.environ, "ACTA_DOCS_ROOT": str(tmp_path)}
+    env = {**os.environ, "ACTA_DOCS_ROOT": str(tmp_path), "ACTA_TEST_DATABASE_URL": server_url}
     env.pop("ACTA_DATABASE_URL", None)
     done = subprocess.run(
         [
@@ -115,6 +115,8 @@ def test_pytest_m_docs_fails_on_a_broken_block(tmp_path: Path) -> None:
             "-m",
             "docs",
             "-q",
+            "-n",
+            "0",
             "-p",
             "no:cacheprovider",
             "tests/docs/test_docs.py",

@@ -152,8 +152,10 @@ def test_a_command_against_a_schema_behind_this_code_says_to_upgrade(
     assert _acta("schedules", "run", "nightly", env=env, cwd=tmp_path).returncode == 0
 
 
-def test_embedded_default_when_no_url_is_configured(tmp_path: Path, head: str) -> None:
-    data_dir = tmp_path / "pgdata"
+def test_embedded_default_when_no_url_is_configured(
+    tmp_path: Path, private_tmp: Path, head: str
+) -> None:
+    data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         up = _acta("db", "upgrade", env=env, cwd=tmp_path)
@@ -205,10 +207,12 @@ def test_control_characters_in_stored_text_reach_the_terminal_escaped(
     assert "E: boom\\x1b[2J" in shown.stdout
 
 
-def test_db_url_prints_the_embedded_servers_url_starting_it(tmp_path: Path, head: str) -> None:
+def test_db_url_prints_the_embedded_servers_url_starting_it(
+    tmp_path: Path, private_tmp: Path, head: str
+) -> None:
     # No ACTA_DATABASE_URL: `acta db url` starts the embedded server (in a data folder of its
     # own here) and prints the URL every acta command uses, which psql or psycopg can use too.
-    data_dir = tmp_path / "pgdata"
+    data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         shown = _acta("db", "url", env=env, cwd=tmp_path)
@@ -263,9 +267,9 @@ def test_db_url_prints_the_configured_url_password_masked(
 
 
 def test_demo_on_the_embedded_default_says_the_server_keeps_running_and_how_to_stop_it(
-    tmp_path: Path,
+    tmp_path: Path, private_tmp: Path
 ) -> None:
-    data_dir = tmp_path / "pgdata"
+    data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         demo = _acta("demo", "--users", "5", env=env, cwd=tmp_path)

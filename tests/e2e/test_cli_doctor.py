@@ -211,8 +211,8 @@ def test_a_user_mistake_is_one_line_and_exit_3(
     assert ":pw@" not in lines[0]
 
 
-def test_the_embedded_default_when_no_url_is_set(tmp_path: Path) -> None:
-    data_dir = tmp_path / "pgdata"
+def test_the_embedded_default_when_no_url_is_set(tmp_path: Path, private_tmp: Path) -> None:
+    data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         up = subprocess.run(

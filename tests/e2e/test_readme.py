@@ -44,11 +44,11 @@ def _shows(expected: list[str], output: str) -> bool:
     return all(any(g == _shape(want) for g in got) for want in expected)
 
 
-def test_the_readmes_first_program_runs_as_written(tmp_path: Path) -> None:
+def test_the_readmes_first_program_runs_as_written(tmp_path: Path, private_tmp: Path) -> None:
     code, steps = _first_program()
     assert [shlex.split(c)[0] for c, _ in steps] == ["python", "acta", "acta"]
     (tmp_path / "hello.py").write_text(code)
-    data_dir = tmp_path / "pgdata"
+    data_dir = private_tmp / "pgdata"  # the embedded server's user must reach it
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     programs = {"python": [sys.executable], "acta": acta_command()}
     ids: dict[str, str] = {}  # the transcript's job id -> this run's

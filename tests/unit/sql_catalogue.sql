@@ -1080,12 +1080,19 @@ WHERE k.lease_expires_at < now()
 RETURNING 1;
 
 -- admission.admit: admit: for each request of ``$2`` (a JSON array of ``[job_id, execution_id,
---   limit, rate_count, rate_period, bounce_seconds]``) of namespace ``$1``, by worker ``$3``: a
---   verdict (``admitted``, ``slot``, ``rate``, ``lost``) and the seconds to wait before it is due
---   again. Guard: the job must be 'executing' under the given execution id (else ``lost``, nothing
---   taken); slots count only live holders (executing under the slot's execution id, lease
---   unexpired).
+--   limit, rate_count, rate_period, bounce_seconds, breaker_key, breaker_probes]``) of namespace
+--   ``$1``, by worker ``$3``: a verdict (``admitted``, ``slot``, ``rate``, ``lost``; ``breaker``,
+--   ``probe``, ``half_open`` for a kind with a breaker, migration 0016) and the seconds to wait
+--   before it is due again. Guard: the job must be 'executing' under the given execution id (else
+--   ``lost``, nothing taken); slots count only live holders (executing under the slot's execution
+--   id, lease unexpired).
 SELECT job_id, verdict, wait FROM "acta".admit($1, $2::jsonb, $3);
+
+-- admission.breaker_record: breaker_record: count the outcomes ``$2`` (a JSON array of ``[kind,
+--   key, job_id, execution_id, failed, failure_rate, min_calls, window, open_for]``) of namespace
+--   ``$1`` into their breakers (migration 0016); answers each transition made: kind, key, the new
+--   state (``open``, ``closed``) and, opened, until when.
+SELECT kind, key, state, extract(epoch FROM until - clock_timestamp())::float8 AS wait FROM "acta".breaker_record($1, $2::jsonb);
 
 -- definitions.load_definitions: The namespace's definitions version and every kind's declared and
 --   override policies (one row with a null kind when the namespace has none).
@@ -1267,6 +1274,16 @@ FROM (
     FROM "acta".worker
     WHERE namespace = :namespace
 ) AS w;
+
+-- doctor.open_breakers: The circuit breakers of namespace :namespace that are not closed
+--   (docs/breakers.md): kind, key, state, seconds since it changed, seconds until an open one half-
+--   opens. By the primary key; a handful of rows.
+SELECT kind, key, state,
+       extract(epoch FROM now() - changed_at)::float8 AS since_seconds,
+       extract(epoch FROM open_until - now())::float8 AS until_seconds
+FROM "acta".breaker
+WHERE namespace = :namespace AND state <> 'closed'
+ORDER BY kind, key;
 
 -- doctor.prepared_transactions: Prepared (two-phase) transactions of this database: each holds
 --   vacuum's horizon, even across a restart, until COMMIT PREPARED or ROLLBACK PREPARED.
@@ -1942,8 +1959,44 @@ SELECT acta.job.result
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR;
 
+-- breakers.close_breaker: Close a breaker by hand: counts and probes reset; answers the state it
+--   had.
+UPDATE acta.breaker SET state=%(state)s::VARCHAR, open_until=%(open_until)s::TIMESTAMP WITH TIME ZONE, changed_at=now(), window_start=now(), calls=%(calls)s::INTEGER, failures=%(failures)s::INTEGER, prev_calls=%(prev_calls)s::INTEGER, prev_failures=%(prev_failures)s::INTEGER, probe_jobs=%(probe_jobs)s::BIGINT[], probe_executions=%(probe_executions)s::BIGINT[] WHERE acta.breaker.namespace = %(namespace_1)s::VARCHAR AND acta.breaker.kind = %(kind_1)s::VARCHAR AND acta.breaker.key = %(key_1)s::VARCHAR RETURNING (SELECT acta.breaker.state
+FROM acta.breaker
+WHERE acta.breaker.namespace = %(namespace_2)s::VARCHAR AND acta.breaker.kind = %(kind_2)s::VARCHAR AND acta.breaker.key = %(key_2)s::VARCHAR) AS anon_1;
+
+-- breakers.list_breakers: A namespace's breakers: kind, key, state as it is now (an open breaker
+--   past its ``open_until`` is half-open: its next job is a probe), when it changes next (an open
+--   one's ``open_until``; None: on an outcome), live-or-not probes held, since when.
+SELECT acta.breaker.kind, acta.breaker.key, CASE WHEN (acta.breaker.state = %(state_1)s::VARCHAR AND acta.breaker.open_until <= now()) THEN %(param_1)s::VARCHAR ELSE acta.breaker.state END AS anon_1, CASE WHEN (acta.breaker.state = %(state_2)s::VARCHAR AND acta.breaker.open_until > now()) THEN acta.breaker.open_until END AS anon_2, cardinality(acta.breaker.probe_jobs) AS cardinality_1, acta.breaker.changed_at
+FROM acta.breaker
+WHERE acta.breaker.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.breaker.kind, acta.breaker.key;
+
+-- breakers.lock_breaker: The breaker's advisory lock until commit (the one ``admit`` and
+--   ``breaker_record`` take), so a close by hand does not interleave with a worker's decision.
+SELECT pg_advisory_xact_lock(hashtextextended(concat_ws(chr(%(chr_1)s::INTEGER), %(concat_ws_1)s::VARCHAR, %(concat_ws_2)s::VARCHAR, %(concat_ws_3)s::VARCHAR, %(concat_ws_4)s::VARCHAR), %(hashtextextended_1)s::INTEGER)) AS pg_advisory_xact_lock_1;
+
 -- ddl.sequence.execution_id_seq
 CREATE SEQUENCE acta.execution_id_seq;
+
+-- ddl.table.breaker
+CREATE TABLE acta.breaker (
+	namespace TEXT NOT NULL,
+	kind TEXT NOT NULL,
+	key TEXT NOT NULL,
+	state TEXT DEFAULT 'closed' NOT NULL,
+	open_until TIMESTAMP WITH TIME ZONE,
+	changed_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
+	window_start TIMESTAMP WITH TIME ZONE DEFAULT '-infinity'::timestamptz NOT NULL,
+	calls INTEGER DEFAULT '0' NOT NULL,
+	failures INTEGER DEFAULT '0' NOT NULL,
+	prev_calls INTEGER DEFAULT '0' NOT NULL,
+	prev_failures INTEGER DEFAULT '0' NOT NULL,
+	probe_jobs BIGINT[] DEFAULT '{}'::bigint[] NOT NULL,
+	probe_executions BIGINT[] DEFAULT '{}'::bigint[] NOT NULL,
+	CONSTRAINT breaker_pkey PRIMARY KEY (namespace, kind, key),
+	CONSTRAINT breaker_breaker_state_check_check CHECK (state IN ('closed', 'open', 'half_open'))
+);
 
 -- ddl.table.concurrency_slot
 CREATE TABLE acta.concurrency_slot (

@@ -29,6 +29,7 @@ from acta_sqla.models import Base, Job, execution_id_seq
 from acta_sqla.queries import (
     admin,
     admission,
+    breakers,
     claim,
     complete,
     definitions,
@@ -161,8 +162,11 @@ CORE_EXAMPLES: dict[str, Callable[[], Any]] = {
     "demo.last_error_of_kind": lambda: demo.last_error_of_kind("demo", "k"),
     "demo.result_of_kind": lambda: demo.result_of_kind("demo", "k"),
     "demo.count_executions": lambda: demo.count_executions("demo"),
+    "breakers.list_breakers": lambda: breakers.list_breakers("default"),
+    "breakers.lock_breaker": lambda: breakers.lock_breaker("default", "k", ""),
+    "breakers.close_breaker": lambda: breakers.close_breaker("default", "k", ""),
 }
-CORE_MODULES = (session, inspect_q, demo)
+CORE_MODULES = (session, inspect_q, demo, breakers)
 CORE_HELPERS = {
     "session.job_insert_values",
     "session.bulk_params",

