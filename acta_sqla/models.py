@@ -140,6 +140,7 @@ class Job(Base):
     pending_children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     awaited_signal: Mapped[str | None] = mapped_column(Text)
     signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """Signals received, by name: their payloads."""
     schedule_name: Mapped[str | None] = mapped_column(Text)
     """The schedule this job is a fire of (docs/schedules.md); None for other jobs."""
     scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -149,7 +150,6 @@ class Job(Base):
     resumed: Mapped[str | None] = mapped_column(Text)
     """Why the job last left a durable wait (``signal``, ``timeout``, ``children``): the
     next runs see it as ``ctx.resumed``; a new wait clears it (docs/waits.md)."""
-    """Signals received, by name: their payloads."""
 
     result: Mapped[Any | None] = mapped_column(JSONB)
     last_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
@@ -227,7 +227,7 @@ class Job(Base):
         ),
         Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
         # A lane's unfinished jobs in order: the enqueue's "is the lane busy?" and the
-        # hand-on's "oldest waiting job" (migration 0006's triggers).
+        # hand-on's "oldest waiting job" (the lane triggers of queries/schema.sql).
         Index(
             "job_lane_idx",
             "namespace",
@@ -445,7 +445,12 @@ and, for each finished job, the attempt that ended it, read from the job row. Ke
 ``Base.metadata`` (it is no table to create)."""
 
 
-class Worker(Base):
+class WorkerRow(Base):
+    """A worker process's row in ``acta.worker``: written by the worker itself (registered at
+    start, refreshed by each heartbeat, stopped at the end), marked dead by recovery; read
+    by the dashboard and ``acta workers``. The process that runs jobs is
+    :class:`acta_sqla.worker.Worker`."""
+
     __tablename__ = "worker"
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -470,6 +475,10 @@ class Worker(Base):
         Index("worker_live_idx", "namespace", postgresql_where=text("status = 'running'")),
         {"schema": SCHEMA},
     )
+
+
+Worker = WorkerRow
+"""The row's older name in this module (``acta_sqla.Worker``, deprecated, warns)."""
 
 
 class Namespace(Base):
@@ -552,8 +561,8 @@ class Schedule(Base):
 
 
 class RateMeter(Base):
-    """A rate limit's shared meter per (namespace, key): GCRA without burst (migration
-    0006's ``admit``), so starts are at least ``period / N`` apart."""
+    """A rate limit's shared meter per (namespace, key): GCRA without burst (the
+    ``admit`` function of queries/schema.sql), so starts are at least ``period / N`` apart."""
 
     __tablename__ = "rate_meter"
 
@@ -629,7 +638,8 @@ def _refuse_deleting_unfinished(session: Session, _context: Any, _instances: Any
     before any SQL, with the delete undone (the session is as before it) and
     :class:`JobActive` pointing at ``acta.cancel``. Deleting it would strand its parent
     (counting a child that no longer exists) or its lane (queued behind a head that is
-    gone). A hand-written DELETE gets a cancel's effects instead (migration 0014)."""
+    gone). A hand-written DELETE gets a cancel's effects instead (the ``job_deleted_effects``
+    trigger, queries/schema.sql)."""
     refused: list[Job] = []
     for obj in session.deleted:
         if isinstance(obj, Job):

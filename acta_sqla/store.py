@@ -1,6 +1,6 @@
-"""The worker's one door to PostgreSQL: a connection per role, the statements of
-``queries.worker`` run on them, rows turned into frozen values, and driver errors turned
-into acta errors (``StoreUnavailable``, ``StatementRefused``), so that no stage of the
+"""The worker's one door to PostgreSQL: a connection per role (``connections.py``: driver
+errors turned into ``StoreUnavailable`` and ``StatementRefused``), the statements of
+``queries.catalogue`` run on them, rows turned into frozen values, so that no stage of the
 worker needs to know asyncpg's exceptions. asyncpg only: a worker never loads SQLAlchemy.
 """
 
@@ -9,20 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-import asyncpg
-
-from . import _faults
+from .connections import DEADLOCK_DETECTED, RoleConnection, app_name, connection_lost
 from .database import asyncpg_dsn
-from .errors import ConfigurationError, StatementRefused, StoreUnavailable
+from .errors import ConfigurationError, StatementRefused, StoreUnavailable, brief
 from .queries import complete
+from .queries.catalogue import WorkerSQL
 from .queries.schedules import DECLARED
-from .queries.worker import WorkerSQL
-from .schedules import NoTick, Schedule, plan_fires
 from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
 from .status import JobStatus
 from .values import (
@@ -42,189 +39,14 @@ __all__ = [
     "WorkerStore",
     "app_name",
     "brief",
+    "connection_lost",
 ]
 
-# ---------------------------------------------------------------- driver errors → acta errors
 
-_LOST_CONNECTION_STATES = frozenset(
-    {
-        "57P01",  # admin_shutdown: pg_terminate_backend, a fast shutdown
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now: the server is starting or stopping
-        "53300",  # too_many_connections
-        # A demoted primary (after a failover) refuses writes; a new connection finds the
-        # new primary behind the same address.
-        "25006",  # read_only_sql_transaction
-    }
-)
-"""SQLSTATEs that say the connection (or the server behind it) is gone or unfit, besides
-class 08 (connection exception): the connection is replaced, the statement is not at
-fault."""
+class Declared(Protocol):
+    """A declared schedule as the store writes it (``schedules.Schedule``)."""
 
-_DRIVER_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,  # refused, reset, unreachable; TimeoutError and ConnectionError are OSErrors
-    asyncio.TimeoutError,
-    # The driver's own view of a broken connection. After pg_terminate_backend asyncpg
-    # often raises InternalClientError ("cannot switch to state 12; another operation (2)
-    # is in progress") instead of a connection error: the connection is unusable all the
-    # same, and keeping it stalled every claim behind it (issue 10, item 7).
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-)
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """True when ``exc`` means the connection is gone or unfit (replace it), False when the
-    server answered the statement itself with an error, or when asyncpg refused the
-    connection's own settings (``ClientConfigurationError``, an InterfaceError: an invalid
-    ``sslmode``, a missing root certificate): connecting again will not mend those."""
-    if isinstance(exc, asyncpg.ClientConfigurationError):
-        return False
-    if isinstance(exc, asyncpg.PostgresError):
-        state = getattr(exc, "sqlstate", None) or ""
-        return state[:2] == "08" or state in _LOST_CONNECTION_STATES
-    return isinstance(exc, _DRIVER_CONNECTION_ERRORS)
-
-
-def brief(exc: BaseException) -> str:
-    """``Type: first line of the message``, for one log line."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def app_name(role: str, worker_id: object = None) -> str:
-    """A connection's ``application_name``: ``acta:<role>:<worker id>`` once the worker
-    has an id, so an operator (or a test) finds every connection of one worker."""
-    return f"acta:{role}" if worker_id is None else f"acta:{role}:{worker_id}"
-
-
-DEADLOCK_DETECTED = "40P01"
-
-
-class RoleConnection:
-    """One connection of one role (claim, complete, heartbeat, admin, lock), opened on
-    demand.
-
-    Whatever the driver raises for a lost connection discards the connection at once (it
-    may be killed, half dead, or pointed at a demoted primary) and raises
-    ``StoreUnavailable``: the next call connects afresh. An error the server answered the
-    statement with raises ``StatementRefused`` carrying its SQLSTATE, and the connection is
-    kept.
-    """
-
-    def __init__(
-        self, dsn: str, role: str, timeout: float, settings: dict[str, str] | None = None
-    ) -> None:
-        self.dsn = dsn
-        self.role = role
-        self.timeout = timeout
-        self.settings = settings or {}
-        self.conn: asyncpg.Connection | None = None
-        self.application_name = app_name(role)
-        self._connected_as = ""
-        # One statement at a time: asyncpg refuses a second operation on a busy connection
-        # (the admin role is shared by start-up, recovery and definition reloads).
-        self._busy = asyncio.Lock()
-        self._connecting = asyncio.Lock()
-
-    async def get(self) -> asyncpg.Connection:
-        conn = self.conn
-        if conn is not None and not conn.is_closed():
-            return conn
-        async with self._connecting:  # one connection, however many callers ask at once
-            if self.conn is None or self.conn.is_closed():
-                self.conn = None
-                name = self.application_name
-                try:
-                    if _faults.active is not None:  # tests only: a simulated outage
-                        _faults.active.connecting(name)
-                    self.conn = await asyncpg.connect(
-                        self.dsn,
-                        timeout=self.timeout,
-                        server_settings={"application_name": name, **self.settings},
-                    )
-                except Exception as exc:
-                    message = f"{self.role}: cannot connect: {brief(exc)}"
-                    if connection_lost(exc):  # refused, unreachable, starting up: may pass
-                        raise StoreUnavailable(message) from exc
-                    if isinstance(exc, asyncpg.PostgresError):
-                        # A bad password, an unknown database: waiting will not mend it.
-                        raise StatementRefused(message, exc.sqlstate or "XX000") from exc
-                    raise
-                self._connected_as = name
-            return self.conn
-
-    async def rename(self) -> None:
-        """Give an open connection the role's current ``application_name`` (it was opened
-        before the worker's id was known)."""
-        if self.conn is not None and self._connected_as != self.application_name:
-            name = self.application_name
-            await self.execute(WorkerSQL.set_application_name, name)
-            self._connected_as = name
-
-    async def discard(self) -> None:
-        self._drop()
-
-    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        return await self._run("fetch", sql, args)  # type: ignore[no-any-return]
-
-    async def execute(self, sql: str, *args: Any) -> str:
-        return await self._run("execute", sql, args)  # type: ignore[no-any-return]
-
-    async def fetch_together(
-        self, steps: Sequence[tuple[str, tuple[Any, ...]]]
-    ) -> list[list[asyncpg.Record]]:
-        """Several statements in ONE transaction, in order; each one's rows."""
-        async with self._busy:
-            conn = await self.get()
-            try:
-                async with conn.transaction():
-                    return [
-                        await conn.fetch(sql, *args, timeout=self.timeout) for sql, args in steps
-                    ]
-            except Exception as exc:
-                translated = self._translated(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-
-    async def _run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
-        async with self._busy:
-            conn = await self.get()
-            try:
-                return await getattr(conn, method)(sql, *args, timeout=self.timeout)
-            except Exception as exc:
-                translated = self._translated(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-
-    def _translated(self, exc: Exception) -> Exception:
-        """The acta error for a driver error (the connection discarded when it is lost);
-        anything else (a bug in acta) unchanged."""
-        if connection_lost(exc):
-            self._drop()
-            return StoreUnavailable(f"{self.role}: {brief(exc)}")
-        if isinstance(exc, asyncpg.PostgresError):
-            state = getattr(exc, "sqlstate", None) or "XX000"
-            return StatementRefused(f"{self.role}: {brief(exc)}", state)
-        # Not the driver's error: keep it as it is, but do not trust a connection that was
-        # in the middle of a statement when it was raised.
-        self._drop()
-        return exc
-
-    def _drop(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None and not conn.is_closed():
-            conn.terminate()
-
-    async def close(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), timeout=2)
-            except (Exception, asyncio.CancelledError):
-                conn.terminate()
+    def row(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,7 +372,7 @@ class WorkerStore:
         )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
-    async def store_schedules(self, schedules: Sequence[Schedule]) -> list[str]:
+    async def store_schedules(self, schedules: Sequence[Declared]) -> list[str]:
         """Store the code's schedules; the names of the namespace's schedules it dropped."""
         rows = [s.row() for s in schedules]
         columns = ("name", *DECLARED)
@@ -574,39 +396,40 @@ class WorkerStore:
         return dropped
 
     def db_now(self) -> datetime:
-        """The database's clock, as this host's plus the offset :meth:`ensure_fires` last
-        measured (a round trip's accuracy): which tick a schedule's fire is next must not
-        depend on a skewed host clock."""
+        """The database's clock, as this host's plus the offset :meth:`unfired_schedules`
+        last measured (a round trip's accuracy): which tick a schedule's fire is next must
+        not depend on a skewed host clock."""
         return datetime.fromtimestamp(self.wall() + self.clock_offset, UTC)
 
-    async def ensure_fires(
+    async def unfired_schedules(
         self,
-        schedules: Mapping[str, Schedule],
-        stuck: Callable[[NoTick], None] | None = None,
-    ) -> list[tuple[str, Any]]:
-        """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:
-        its first tick to come if it never fired, else its last fire's successor (the
-        missed policy). Under the schedules' locks, re-checked: exactly one chain each.
-        A schedule whose tick cannot be computed (``schedules.plan_fires``) is handed to
-        ``stuck`` and gets no fire; every other one still does."""
+    ) -> tuple[datetime, list[tuple[str, datetime | None, str, str, str]]]:
+        """The database's clock, and the namespace's stored schedules with no pending fire
+        (name, latest fire's tick or None, cron, timezone, missed); measures the host's
+        offset to that clock (:meth:`db_now`). Which tick each fires next is decided by
+        ``worker/fires.py``."""
         asked = self.wall()
         rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
         now = rows[0]["now"]  # the database's clock: a skewed host must not skip ticks
         self.clock_offset = now.timestamp() - (asked + self.wall()) / 2
-        unfired = [(r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"]) for r in rows]
         # A NULL name: no schedule without a pending fire (the row carries now() alone).
-        planned, failed = plan_fires((u for u in unfired if u[0] is not None), schedules, now)
-        for exc in failed:
-            if stuck is not None:
-                stuck(exc)
-        if not planned:
-            return []
-        names = [name for name, _ in planned]
-        ticks = [tick for _, tick in planned]
+        unfired = [
+            (r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"])
+            for r in rows
+            if r["name"] is not None
+        ]
+        return now, unfired
+
+    async def enqueue_fires(
+        self, names: Sequence[str], ticks: Sequence[datetime]
+    ) -> list[tuple[str, Any]]:
+        """Enqueue the fires (schedule name, tick) under the schedules' advisory locks,
+        taken in a statement of their own (the insert then re-reads what another worker
+        committed): exactly one chain each. The (name, tick) pairs inserted."""
         _, inserted = await self.admin_conn.fetch_together(
             [
-                (self.sql.lock_schedules, (self.namespace, names)),
-                (self.sql.enqueue_fires, (self.namespace, names, ticks)),
+                (self.sql.lock_schedules, (self.namespace, list(names))),
+                (self.sql.enqueue_fires, (self.namespace, list(names), list(ticks))),
             ]
         )
         return [(r[0], r[1]) for r in inserted]

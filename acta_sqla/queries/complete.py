@@ -11,7 +11,7 @@ The statement is composed from named parts, each a CTE with its guard said besid
 
 Effects that must happen on EVERY way out of ``executing`` or into a terminal state (free
 the attempt's concurrency slots, hand a lane on, tell a waiting parent) are NOT parts of
-this statement: the ``job_terminal_effects`` trigger (migration 0003) runs them for this
+this statement: the ``job_terminal_effects`` trigger (queries/schema.sql) runs them for this
 statement, for recovery and for the session's cancel alike.
 
 Python makes every decision (``worker/completions.py``); this statement only applies it.
@@ -276,7 +276,7 @@ def next_fire(schema: str) -> str:
     (the row is re-read after its lock: not enabled, no successor); a completion that
     locked first commits its successor before the pause's cancel reads the fires, which
     then cancels it. Without the lock, a completion whose snapshot predated the pause
-    enqueued one more fire after the pause (23 of 240 pauses, issue 28)."""
+    enqueued one more fire after the pause (23 of 240 pauses; I10)."""
     s = quote(schema)
     return f"""
             INSERT INTO {s}.job AS nf (namespace, kind, args, run_at, schedule_name,
@@ -308,7 +308,7 @@ FEATURE_PARTS: tuple[FeaturePart, ...] = (
 schedule's next fire. (A signal
 wait needs no part: the finish itself parks the job, reading the row's ``signals``.) A
 lane's hand-on and a child telling its parent are not parts: they must follow every way to
-a terminal state, so they are terminal effects (the trigger, migrations 0006 and 0007)."""
+a terminal state, so they are terminal effects (the trigger, queries/schema.sql)."""
 
 
 # ------------------------------------------------------------------------------ the statement

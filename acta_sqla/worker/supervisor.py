@@ -29,7 +29,6 @@ from ..database import database_url
 from ..errors import ConfigurationError, StoreUnavailable
 from ..listener import Listener
 from ..policy import Policy
-from ..schedules import NoTick, successor_feature
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
     DEFAULT_GRACE_SECONDS,
@@ -37,18 +36,21 @@ from ..settings import (
     load_settings,
 )
 from ..store import WorkerStore, app_name
-from ..values import ClaimedJob, Completion, Outcome
+from ..values import Completion, Outcome
+from . import definitions
 from .admission import Admission
 from .breakers import Breakers
 from .claimer import Claimer
 from .clock import Clock
 from .completions import handback
-from .executor import Executor, Executors
+from .executor import Executor, ExecutorConfig, Executors
 from .finalizer import Finalizer
+from .fires import Fires
 from .heartbeat import Heartbeat
 from .inflight import Entry, EntryState, Permits, Registry
 from .lifeline import Lifeline
 from .recovery import run_recovery
+from .stage import Stage
 
 log = logger.bind(stage="worker")
 
@@ -114,6 +116,9 @@ class Worker:
         """Circuit breakers' outcomes (made at start, with the store)."""
         self.store: WorkerStore | None = None
         self.worker_id: int | None = None
+        self.started = asyncio.Event()
+        """Set once the schema is checked and the worker row registered (``worker_id`` is
+        known): what an embedding waits on before it counts the worker as up."""
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
@@ -123,6 +128,7 @@ class Worker:
         self.crashed = False
         self.stubborn: list[Entry] = []
         """Attempts whose handlers ignored their cancel at shutdown (left to their lease)."""
+        self.fires = Fires(acta.schedules, self.namespace, self._spawn)
         self._pool = ThreadPoolExecutor(
             max_workers=self.executors_count, thread_name_prefix="acta-sync"
         )
@@ -155,6 +161,7 @@ class Worker:
             try:
                 await store.check_schema()
                 self.worker_id = await self._register_row(store)
+                self.started.set()
                 # Not awaited: a statement that waits on a table lock must hold up the
                 # first claim (which queues behind it on its connection), not start-up.
                 self._spawn(self._warm_stages(store))
@@ -162,7 +169,7 @@ class Worker:
                     {k: h.policy.to_json() for k, h in self.acta.handlers.items()}
                 )
                 await self.reload_definitions()
-                await self._store_schedules(store)
+                await self.fires.store_declared(store)
                 return
             except StoreUnavailable as exc:
                 log.bind(event="database_unavailable").warning(
@@ -173,53 +180,6 @@ class Worker:
                 delay = min(delay * 2, 30.0)
             finally:
                 await connecting
-
-    async def _store_schedules(self, store: WorkerStore) -> None:
-        """Store this code's schedules (dropping those it no longer declares) and give each
-        a pending fire if it has none."""
-        schedules = self.acta.schedules
-        dropped = await store.store_schedules(list(schedules.values()))
-        if dropped:
-            log.bind(event="schedules_dropped", names=dropped).info(
-                "schedules no longer declared, stopped: {}", ", ".join(dropped)
-            )
-        if schedules:
-            # Beside start-up, like the stages' warm-up: a lock on acta.job must hold up
-            # the first fire, not the worker's start.
-            self._spawn(self._ensure_fires_logged(store))
-
-    async def _ensure_fires_logged(self, store: WorkerStore) -> None:
-        try:
-            await self._ensure_fires(store)
-        except Exception as exc:  # the next recovery pass tries again
-            log.bind(event="schedule_fires_failed").warning(
-                "could not enqueue the schedules' next fires (the next recovery pass tries "
-                "again): {}",
-                exc,
-            )
-
-    async def _ensure_fires(self, store: WorkerStore) -> None:
-        for name, tick in await store.ensure_fires(self.acta.schedules, _log_no_tick):
-            log.bind(event="schedule_fire_enqueued", schedule=name).info(
-                "schedule {!r}: next fire at {}", name, tick.isoformat()
-            )
-
-    def _chain(self, job: ClaimedJob, completion: Completion) -> Completion:
-        """A fire's completion carries the schedule's next fire (if this code declares the
-        schedule: a worker whose code dropped it ends the chain)."""
-        schedule = self.acta.schedules.get(job.schedule_name or "")
-        if schedule is None or job.scheduled_at is None:
-            return completion
-        assert self.store is not None  # a job ran: the worker is started
-        now = self.store.db_now()  # the database's clock: a skewed host skips no tick
-        try:
-            nxt = successor_feature(schedule, self.namespace, job.scheduled_at, now)
-        except NoTick as exc:
-            # The fire's own completion is still written; the chain stops here (each
-            # recovery pass names the schedule again) instead of the executor failing.
-            _log_no_tick(exc)
-            return completion
-        return completion._replace(features={**(completion.features or {}), "next": nxt})
 
     async def start(self) -> None:
         self.store = store = await self._connect()
@@ -249,28 +209,29 @@ class Worker:
         # Concurrency slots and rate meters; plain jobs never reach the database here.
         self.breakers = Breakers(store, self.namespace)
         self.admission = Admission(store, self.policy, self.namespace, breakers=self.breakers)
+        config = ExecutorConfig(
+            self.acta.handlers,
+            self.policy,
+            self.namespace,
+            self.settings.safety_poll_interval,
+            self._pool,
+            lease=self.timings.lease,
+            admit=self.admission,
+            worker_id=lambda: self.worker_id,
+            chain=self.fires.chain if self.acta.schedules else None,
+            tracer=tracer,
+            job_metrics=metered,
+        )
         self.executors = Executors(
             [
                 Executor(
-                    self.acta.handlers,
-                    self.policy,
+                    config,
                     self.registry,
                     self.permits,
                     self.claimed,
                     self.completed,
-                    self.namespace,
-                    self.settings.safety_poll_interval,
-                    self._pool,
+                    store,
                     self.clock,
-                    admit=self.admission,
-                    worker_id=lambda: self.worker_id,
-                    lock_store=store,
-                    lease=self.timings.lease,
-                    children_of=store.children_of,
-                    lanes_held_above=store.lanes_held_above,
-                    chain=self._chain if self.acta.schedules else None,
-                    tracer=tracer,
-                    job_metrics=metered,
                 )
                 for _ in range(self.executors_count)
             ],
@@ -368,11 +329,8 @@ class Worker:
         self._stop_requested.set()  # stages ending now is the plan, not a crash
         self._force.set()
         tasks: list[asyncio.Task[Any] | None] = [
-            getattr(getattr(self, "claimer", None), "_task", None),
-            getattr(getattr(self, "finalizer", None), "task", None),
-            getattr(getattr(self, "heartbeat", None), "_task", None),
+            *(t for stage in self._stages() for t in stage.tasks),
             getattr(getattr(self, "listener", None), "_task", None),
-            *(getattr(getattr(self, "executors", None), "tasks", ())),
             *self._background,
         ]
         for task in tasks:
@@ -389,14 +347,15 @@ class Worker:
             self.worker_id,
         )
 
+    def _stages(self) -> list[Stage]:
+        """The stages built so far (a kill may come before the start has built them all)."""
+        names = ("claimer", "finalizer", "heartbeat", "executors")
+        return [stage for name in names if (stage := getattr(self, name, None)) is not None]
+
     async def _bury(self) -> None:
         """After :meth:`kill`: wait for the cancelled stages, stop the lifeline thread (it
         would renew the dead worker's leases) and the listener; write nothing."""
-        tasks = [t for t in (self.claimer._task, self.finalizer.task) if t is not None]
-        tasks += [*self.executors.tasks, *self._background]
-        heartbeat = self.heartbeat._task
-        if heartbeat is not None:
-            tasks.append(heartbeat)
+        tasks = [t for stage in self._stages() for t in stage.tasks] + list(self._background)
         current = asyncio.current_task()
         await asyncio.gather(*(t for t in tasks if t is not current), return_exceptions=True)
         await self.lifeline.stop()
@@ -654,60 +613,39 @@ class Worker:
         self._recovering = True
         try:
             await run_recovery(self.store)
-            if self.acta.schedules:
-                # A chain broken by a path that wrote no completion of a fire (an
-                # operator's cancel of a pending fire, a fire failed by recovery).
-                await self._ensure_fires(self.store)
+            # A chain broken by a path that wrote no completion of a fire (an operator's
+            # cancel of a pending fire, a fire failed by recovery).
+            await self.fires.ensure()
         except Exception as exc:
             log.bind(event="recovery_failed").warning("recovery pass failed: {}", exc)
         finally:
             self._recovering = False
 
     async def reload_definitions(self) -> None:
+        """Load the stored definitions, apply them (``worker/definitions.py`` decides)."""
         assert self.store is not None
         try:
-            defs = await self.store.load_definitions()
+            stored = await self.store.load_definitions()
         except Exception as exc:
             log.warning("could not load definitions: {}", exc)
             return
-        policies: dict[str, Policy] = {}
-        for kind, handler in self.acta.handlers.items():
-            try:
-                policies[kind] = handler.policy.merged(defs.overrides.get(kind, {}))
-            except ConfigurationError as exc:
-                log.bind(event="bad_override", kind=kind).error(
-                    "ignoring the stored overrides of {!r}: {}", kind, exc
-                )
-                policies[kind] = handler.policy
-        changed = self.definitions_version >= 0 and defs.version != self.definitions_version
-        # Paused: any kind of the namespace declared paused or paused by an operator (handled
-        # here or not), the override winning over the declaration.
-        paused = sorted(
-            k
-            for k in defs.declared.keys() | defs.overrides.keys()
-            if {**defs.declared.get(k, {}), **defs.overrides.get(k, {})}.get("paused") is True
-        )
-        if changed:
-            for kind, policy in sorted(policies.items()):
-                before = self.policies.get(kind)
-                if before is not None and before != policy:
-                    diff = {
-                        f: getattr(policy, f)
-                        for f in Policy.field_names()
-                        if getattr(policy, f) != getattr(before, f)
-                    }
-                    log.bind(event="policy_changed", kind=kind).info(
-                        "kind {!r}: policy now {}", kind, diff
-                    )
-        self.policies = policies
-        self.store.paused = paused
-        self.definitions_version = defs.version
-        if changed:
-            log.bind(event="definitions_reloaded", paused=paused).info(
+        declared = {kind: handler.policy for kind, handler in self.acta.handlers.items()}
+        new = definitions.reload(declared, stored, self.policies, self.definitions_version)
+        for kind, why in new.refused.items():
+            log.bind(event="bad_override", kind=kind).error(
+                "ignoring the stored overrides of {!r}: {}", kind, why
+            )
+        for kind, diff in new.diffs.items():
+            log.bind(event="policy_changed", kind=kind).info("kind {!r}: policy now {}", kind, diff)
+        self.policies = new.policies
+        self.store.paused = new.paused
+        self.definitions_version = new.version
+        if new.changed:
+            log.bind(event="definitions_reloaded", paused=new.paused).info(
                 "definitions of namespace {!r} reloaded (version {}){}",
                 self.namespace,
-                defs.version,
-                f"; paused: {', '.join(paused)}" if paused else "",
+                new.version,
+                f"; paused: {', '.join(new.paused)}" if new.paused else "",
             )
             claimer = getattr(self, "claimer", None)
             if claimer is not None:
@@ -718,13 +656,3 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
-
-
-def _log_no_tick(exc: NoTick) -> None:
-    """A schedule that cannot fire: named once per pass that finds it (start-up, each
-    recovery pass); it alone stops, every other schedule of the namespace fires."""
-    log.bind(event="schedule_no_tick", schedule=exc.name, cron=exc.cron).warning(
-        "{}: it does not fire (every other schedule does); fix its cron in the code and "
-        "restart the workers, or remove it",
-        exc,
-    )

@@ -39,7 +39,7 @@ async def test_the_attempt_that_ends_a_job_is_on_its_row_and_the_view_reads_all_
         [
             completion(
                 first,
-                Outcome.ERROR,
+                Outcome.FAILED,
                 "ready",
                 delay=0.0,
                 error_type=err.type,

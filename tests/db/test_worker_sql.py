@@ -128,7 +128,7 @@ async def test_one_complete_executions_call_writes_every_shape(
         completion(ok, Outcome.SUCCEEDED, "succeeded", result_json='{"a": 1}', ran_seconds=0.5),
         completion(
             retry,
-            Outcome.ERROR,
+            Outcome.FAILED,
             "ready",
             delay=30.0,
             error_type="E",
@@ -136,7 +136,7 @@ async def test_one_complete_executions_call_writes_every_shape(
             traceback="tb",
             ran_seconds=0.1,
         ),
-        completion(dead, Outcome.ERROR, "failed", error_type="E", error_message="spent"),
+        completion(dead, Outcome.FAILED, "failed", error_type="E", error_message="spent"),
         completion(cancel, Outcome.CANCELLED, "cancelled", error_type="C", error_message="x"),
         handback(back, 1.0),
     ]
@@ -297,13 +297,13 @@ async def test_completion_text_round_trips_and_a_poison_string_is_isolated(
         completion(ok, Outcome.SUCCEEDED, "succeeded", result_json=result, ran_seconds=0.1),
         completion(
             failing,
-            Outcome.ERROR,
+            Outcome.FAILED,
             "failed",
             error_type="pkg.E",
             error_message=message,
             traceback=message,
         ),
-        completion(poison, Outcome.ERROR, "failed", error_type="E", error_message="a\ud800b"),
+        completion(poison, Outcome.FAILED, "failed", error_type="E", error_message="a\ud800b"),
     ]
     with pytest.raises(StatementRefused) as refused:
         await store.complete_executions([batch[2]])
@@ -331,7 +331,7 @@ async def test_a_repeated_completion_changes_nothing(
     first = completion(job, Outcome.SUCCEEDED, "succeeded", result_json="1")
     assert await store.complete_executions([first]) == {job_id}
     before = await row(conn, job_id)
-    again = completion(job, Outcome.ERROR, "ready", error_type="late", error_message="late")
+    again = completion(job, Outcome.FAILED, "ready", error_type="late", error_message="late")
     assert await store.complete_executions([first, again]) == set()
     after = await row(conn, job_id)
     assert dict(after) == dict(before)

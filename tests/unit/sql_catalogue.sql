@@ -582,7 +582,7 @@ recovery AS (
     -- The next pass is due after the SHORTEST recovery interval of the namespace's
     -- running workers, not this worker's own: a 45 s worker taking the pass would
     -- otherwise make 0.5 s workers wait 180 s to recover a crashed peer's rows,
-    -- whose 2 s leases ran out long before (issue 10, item 6). A registering
+    -- whose 2 s leases ran out long before (I1, no lost job). A registering
     -- worker pulls a later due time in to its own interval (register_worker).
     UPDATE "acta".namespace SET recovery_due_at = now() + make_interval(secs => least(
         $7,
@@ -1121,8 +1121,8 @@ RETURNING definitions_version;
 --   and the admin connection named after the new id, so that every connection of a worker can be
 --   found in pg_stat_activity. A namespace whose next recovery pass is due later than this worker's
 --   own recovery interval ($9) is pulled in to it: a worker with a long heartbeat may have taken
---   the last pass alone, and this one's shorter leases must not wait for the long interval (issue
---   10, item 6).
+--   the last pass alone, and this one's shorter leases must not wait for the long interval (I1, no
+--   lost job).
 WITH ns AS (
     INSERT INTO "acta".namespace (name) VALUES ($1) ON CONFLICT (name) DO NOTHING
 ),
