@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Column,
     DateTime,
     Double,
     Enum,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     MetaData,
     Sequence,
     SmallInteger,
+    Table,
     Text,
     event,
     func,
@@ -160,6 +162,14 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
+    # The attempt that ended the job (migration 0015): its outcome and error sit here, and
+    # its id, number, worker and times in the columns above, instead of in an Execution
+    # row. None while the job runs, and when no charged attempt ended it. Read a job's
+    # whole history through ``acta.attempt`` (``attempt_history``).
+    outcome: Mapped[str | None] = mapped_column(Text)
+    attempt_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """``{"type", "message", "traceback"}`` of the final attempt, None if it raised none."""
+
     __table_args__ = (
         # The claim reads only this index: ready rows of one namespace in claim order. With
         # millions of finished rows in the table it stays the size of the backlog.
@@ -264,7 +274,10 @@ class Job(Base):
             unique=True,
             postgresql_where=text("schedule_name IS NOT NULL"),
         ),
-        {"schema": SCHEMA},
+        # Half of each page left free (migration 0015): the claim's and the completion's
+        # new row versions land on the old one's page, so neither update writes a lock
+        # record first nor a whole second page (docs/performance.md, eighth pass).
+        {"schema": SCHEMA, "postgresql_with": {"fillfactor": 50}},
     )
 
     def __init__(
@@ -385,7 +398,10 @@ def _check_kind(kind: Any) -> str:
 
 
 class Execution(Base):
-    """One attempt of a job, written when the attempt ends (completion or recovery).
+    """One attempt of a job that did NOT end it, written when the attempt ends (completion
+    or recovery); the attempt that ends a job is kept on the job row instead (migration
+    0015). Read a job's whole history through ``attempt_history`` (the ``acta.attempt``
+    view), never this table alone.
 
     Its id is the fencing token the claim minted; claimed, started and finished times,
     outcome and error tell what happened."""
@@ -406,6 +422,27 @@ class Execution(Base):
     error_type: Mapped[str | None] = mapped_column(Text)
     error_message: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)
+
+
+attempt_history = Table(
+    "attempt",
+    MetaData(schema=SCHEMA),
+    Column("job_id", BigInteger),
+    Column("id", BigInteger),
+    Column("attempt", Integer),
+    Column("worker_id", BigInteger),
+    Column("claimed_at", DateTime(timezone=True)),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("outcome", Text),
+    Column("error_type", Text),
+    Column("error_message", Text),
+    Column("traceback", Text),
+)
+"""``acta.attempt``, a VIEW (migration 0015): every attempt of every job, the ONE place to
+read a job's history. It is the ``execution`` rows (attempts that did not end their job)
+and, for each finished job, the attempt that ended it, read from the job row. Kept out of
+``Base.metadata`` (it is no table to create)."""
 
 
 class WorkerRow(Base):

@@ -108,6 +108,8 @@ CREATE TABLE acta.job (
     scheduled_at timestamp with time zone,
     trace_context text,
     parent_execution_id bigint,
+    outcome text,
+    attempt_error jsonb,
     CONSTRAINT job_job_status_check_check CHECK (status::text = ANY (ARRAY['ready'::character varying, 'executing'::character varying, 'waiting'::character varying, 'succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[])),
     CONSTRAINT job_pkey PRIMARY KEY (id)
 );
@@ -312,7 +314,8 @@ AS $function$
                             WHERE (EXISTS (SELECT 1 FROM "acta".job AS h
                              WHERE h.id = p.jid AND h.execution_id = p.xid
                                AND h.status = 'executing' AND h.lease_expires_at > t)
-                     OR EXISTS (SELECT 1 FROM "acta".execution AS x
+                     -- acta.attempt (0015): the attempt that ended the job is on its row.
+                     OR EXISTS (SELECT 1 FROM "acta".attempt AS x
                                 WHERE x.job_id = p.jid AND x.id = p.xid
                                   AND x.outcome IN ('succeeded', 'failed', 'timeout')
                                   AND x.finished_at > t - interval '10 seconds'))) AS live
@@ -355,7 +358,8 @@ AS $function$
                             WHERE (EXISTS (SELECT 1 FROM "acta".job AS h
                              WHERE h.id = p.jid AND h.execution_id = p.xid
                                AND h.status = 'executing' AND h.lease_expires_at > t)
-                     OR EXISTS (SELECT 1 FROM "acta".execution AS x
+                     -- acta.attempt (0015): the attempt that ended the job is on its row.
+                     OR EXISTS (SELECT 1 FROM "acta".attempt AS x
                                 WHERE x.job_id = p.jid AND x.id = p.xid
                                   AND x.outcome IN ('succeeded', 'failed', 'timeout')
                                   AND x.finished_at > t - interval '10 seconds'))
@@ -366,7 +370,8 @@ AS $function$
                             WHERE (EXISTS (SELECT 1 FROM "acta".job AS h
                              WHERE h.id = p.jid AND h.execution_id = p.xid
                                AND h.status = 'executing' AND h.lease_expires_at > t)
-                     OR EXISTS (SELECT 1 FROM "acta".execution AS x
+                     -- acta.attempt (0015): the attempt that ended the job is on its row.
+                     OR EXISTS (SELECT 1 FROM "acta".attempt AS x
                                 WHERE x.job_id = p.jid AND x.id = p.xid
                                   AND x.outcome IN ('succeeded', 'failed', 'timeout')
                                   AND x.finished_at > t - interval '10 seconds'))
@@ -600,6 +605,41 @@ AS $function$
             END LOOP;
         END $function$;
 
+-- function job_children_done()
+CREATE OR REPLACE FUNCTION acta.job_children_done()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+AS $function$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM ended WHERE parent_id IS NOT NULL
+                                                AND status IN ('succeeded', 'failed', 'cancelled')) THEN
+                RETURN NULL;
+            END IF;
+            UPDATE "acta".job AS p SET
+                pending_children = p.pending_children - least(d.n, p.pending_children),
+                status = CASE WHEN p.pending_children <= d.n THEN 'ready' ELSE p.status END,
+                run_at = CASE WHEN p.pending_children <= d.n THEN now() ELSE p.run_at END,
+                resumed = CASE WHEN p.pending_children <= d.n THEN 'children'
+                               ELSE p.resumed END
+            FROM (
+                -- Each child counts toward the wait that spawned it only (0012): the
+                -- parent's attempt now, read here and checked again on the locked row.
+                SELECT w.id, w.execution_id, count(*) AS n
+                FROM ended AS n
+                JOIN before AS o ON o.id = n.id
+                JOIN "acta".job AS w ON w.id = n.parent_id
+                WHERE n.parent_id IS NOT NULL
+                  AND n.status IN ('succeeded', 'failed', 'cancelled') AND o.status NOT IN ('succeeded', 'failed', 'cancelled')
+                  AND (n.parent_execution_id IS NULL
+                       OR n.parent_execution_id = w.execution_id)
+                GROUP BY w.id, w.execution_id
+            ) AS d
+            WHERE p.id = d.id AND p.status = 'waiting' AND p.pending_children > 0
+              AND p.execution_id IS NOT DISTINCT FROM d.execution_id;
+            RETURN NULL;
+        END $function$;
+
 -- function job_deleted_effects()
 CREATE OR REPLACE FUNCTION acta.job_deleted_effects()
  RETURNS trigger
@@ -672,6 +712,44 @@ AS $function$
             RETURN NEW;
         END $function$;
 
+-- function job_lane_reenter()
+CREATE OR REPLACE FUNCTION acta.job_lane_reenter()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+AS $function$
+        BEGIN
+            PERFORM pg_advisory_xact_lock(hashtextextended('acta.lane' || chr(31) || NEW.namespace || chr(31) || NEW.lane_key, 0));
+            IF EXISTS (
+                SELECT 1 FROM "acta".job AS j
+                WHERE j.namespace = NEW.namespace AND j.lane_key = NEW.lane_key
+                  AND j.status IN ('ready', 'executing', 'waiting') AND j.id <> NEW.id
+                  AND (j.status <> 'waiting' OR j.awaited_signal IS NOT NULL
+                       OR j.pending_children > 0)
+            ) THEN
+                UPDATE "acta".job SET status = 'waiting' WHERE id = NEW.id AND status = 'ready';
+            END IF;
+            RETURN NULL;
+        END $function$;
+
+-- function job_reopen_history()
+CREATE OR REPLACE FUNCTION acta.job_reopen_history()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+        BEGIN
+            INSERT INTO "acta".execution (job_id, id, attempt, worker_id, claimed_at,
+                                       started_at, finished_at, outcome, error_type,
+                                       error_message, traceback)
+            VALUES (OLD.id, OLD.execution_id, OLD.attempts, OLD.worker_id, OLD.claimed_at,
+                    OLD.started_at, coalesce(OLD.finished_at, now()), OLD.outcome,
+                    OLD.attempt_error->>'type', OLD.attempt_error->>'message',
+                    OLD.attempt_error->>'traceback')
+            ON CONFLICT DO NOTHING;
+            UPDATE "acta".job SET outcome = NULL, attempt_error = NULL WHERE id = OLD.id;
+            RETURN NULL;
+        END $function$;
+
 -- function job_terminal_effects()
 CREATE OR REPLACE FUNCTION acta.job_terminal_effects()
  RETURNS trigger
@@ -698,17 +776,8 @@ AS $function$
                 );
             END IF;
             IF OLD.parent_id IS NOT NULL THEN
-                IF NEW.status IN ('succeeded', 'failed', 'cancelled') AND OLD.status NOT IN ('succeeded', 'failed', 'cancelled') THEN
-                    -- One child fewer; the last one makes the parent ready.
-                    UPDATE "acta".job SET
-                        pending_children = pending_children - 1,
-                        status = CASE WHEN pending_children = 1 THEN 'ready' ELSE status END,
-                        run_at = CASE WHEN pending_children = 1 THEN now() ELSE run_at END,
-                        resumed = CASE WHEN pending_children = 1 THEN 'children'
-                                       ELSE resumed END
-                    WHERE id = OLD.parent_id AND status = 'waiting'
-                      AND pending_children > 0 AND (OLD.parent_execution_id IS NULL OR execution_id = OLD.parent_execution_id);
-                ELSIF OLD.status IN ('succeeded', 'failed', 'cancelled') AND NEW.status NOT IN ('succeeded', 'failed', 'cancelled') THEN
+                IF OLD.status IN ('succeeded', 'failed', 'cancelled')
+                   AND NEW.status NOT IN ('succeeded', 'failed', 'cancelled') THEN
                     -- An operator's retry of a finished child: pending again.
                     UPDATE "acta".job SET pending_children = pending_children + 1
                     WHERE id = OLD.parent_id AND status = 'waiting'
@@ -749,14 +818,17 @@ AS $function$
             RETURN NULL;
         END $function$;
 
+-- trigger job_children_done on job
+CREATE TRIGGER job_children_done AFTER UPDATE ON acta.job REFERENCING OLD TABLE AS before NEW TABLE AS ended FOR EACH STATEMENT EXECUTE FUNCTION acta.job_children_done();
+
 -- trigger job_deleted_effects on job
 CREATE TRIGGER job_deleted_effects AFTER DELETE ON acta.job FOR EACH ROW WHEN ((old.status::text = ANY (ARRAY['ready'::character varying, 'executing'::character varying, 'waiting'::character varying]::text[])) AND (old.concurrency_key IS NOT NULL OR old.lane_key IS NOT NULL OR old.parent_id IS NOT NULL OR old.pending_children > 0)) EXECUTE FUNCTION acta.job_deleted_effects();
 
 -- trigger job_lane_enter_insert on job
 CREATE TRIGGER job_lane_enter_insert BEFORE INSERT ON acta.job FOR EACH ROW WHEN (new.lane_key IS NOT NULL AND new.status::text = 'ready'::text) EXECUTE FUNCTION acta.job_lane_enter();
 
--- trigger job_lane_enter_retry on job
-CREATE TRIGGER job_lane_enter_retry BEFORE UPDATE OF status ON acta.job FOR EACH ROW WHEN (new.lane_key IS NOT NULL AND new.status::text = 'ready'::text AND (old.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[]))) EXECUTE FUNCTION acta.job_lane_enter();
+-- trigger job_lane_reenter on job
+CREATE TRIGGER job_lane_reenter AFTER UPDATE OF status ON acta.job FOR EACH ROW WHEN (new.lane_key IS NOT NULL AND new.status::text = 'ready'::text AND (old.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[]))) EXECUTE FUNCTION acta.job_lane_reenter();
 
 -- trigger job_notify_due_insert on job
 CREATE TRIGGER job_notify_due_insert AFTER INSERT ON acta.job REFERENCING NEW TABLE AS due_rows FOR EACH STATEMENT EXECUTE FUNCTION acta.notify_due_rows();
@@ -764,5 +836,8 @@ CREATE TRIGGER job_notify_due_insert AFTER INSERT ON acta.job REFERENCING NEW TA
 -- trigger job_notify_due_update on job
 CREATE TRIGGER job_notify_due_update AFTER UPDATE ON acta.job FOR EACH ROW WHEN (new.status::text = 'ready'::text AND new.run_at <= now()) EXECUTE FUNCTION acta.notify_due_row();
 
+-- trigger job_reopen_history on job
+CREATE TRIGGER job_reopen_history AFTER UPDATE ON acta.job FOR EACH ROW WHEN (old.outcome IS NOT NULL AND (old.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[])) AND (new.status::text <> ALL (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[]))) EXECUTE FUNCTION acta.job_reopen_history();
+
 -- trigger job_terminal_effects on job
-CREATE TRIGGER job_terminal_effects AFTER UPDATE OF status ON acta.job FOR EACH ROW WHEN (old.status::text IS DISTINCT FROM new.status::text AND ((old.concurrency_key IS NOT NULL OR old.lane_key IS NOT NULL) AND (old.status::text = 'executing'::text OR (new.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[]))) OR old.parent_id IS NOT NULL AND ((new.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[])) OR (old.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[]))) OR old.pending_children > 0 AND new.status::text = 'cancelled'::text)) EXECUTE FUNCTION acta.job_terminal_effects();
+CREATE TRIGGER job_terminal_effects AFTER UPDATE OF status ON acta.job FOR EACH ROW WHEN (old.status::text IS DISTINCT FROM new.status::text AND ((old.concurrency_key IS NOT NULL OR old.lane_key IS NOT NULL) AND (old.status::text = 'executing'::text OR (new.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[]))) OR old.parent_id IS NOT NULL AND (old.status::text = ANY (ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying]::text[])) OR old.pending_children > 0 AND new.status::text = 'cancelled'::text)) EXECUTE FUNCTION acta.job_terminal_effects();
