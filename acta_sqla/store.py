@@ -10,28 +10,26 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from .connections import DEADLOCK_DETECTED, RoleConnection, app_name, connection_lost
+from .connections import RoleConnection, app_name, connection_lost
 from .database import asyncpg_dsn
 from .errors import ConfigurationError, StatementRefused, StoreUnavailable, brief
 from .queries import complete
 from .queries.catalogue import WorkerSQL
-from .queries.schedules import DECLARED
-from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
-from .status import JobStatus
+from .settings import Timings
+from .store_lifecycle import Definitions, LifecycleStatements
+from .store_recovery import RecoveryStatements
+from .store_schedules import Declared, ScheduleStatements
 from .values import (
     Claim,
     ClaimedJob,
     Completion,
-    ExpiredDecision,
-    ExpiredLease,
     HeartbeatReport,
 )
 
 __all__ = [
+    "Declared",
     "Definitions",
     "RoleConnection",
     "StatementRefused",
@@ -43,27 +41,17 @@ __all__ = [
 ]
 
 
-class Declared(Protocol):
-    """A declared schedule as the store writes it (``schedules.Schedule``)."""
-
-    def row(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Definitions:
-    version: int
-    declared: dict[str, dict[str, Any]]
-    overrides: dict[str, dict[str, Any]]
-
-
 MAX_CHANNEL_BYTES = 63
 """PostgreSQL's longest channel name (NAMEDATALEN - 1); a worker's is ``<schema>.<namespace>``
 (the namespace rule leaves room for the default schema, ``acta``)."""
 
 
-class WorkerStore:
+class WorkerStore(LifecycleStatements, ScheduleStatements, RecoveryStatements):
     """What a worker's stages call. Each stage has its own connection, so a busy claim never
-    delays a completion write or a heartbeat."""
+    delays a completion write or a heartbeat. The connections are this class's; the
+    statements of start-up and stop (``store_lifecycle.py``), of the schedules
+    (``store_schedules.py``) and of the recovery pass (``store_recovery.py``) are its
+    parts, run on its admin connection."""
 
     def __init__(self, url: str, schema: str, namespace: str, timings: Timings) -> None:
         channel = f"{schema}.{namespace}"
@@ -141,27 +129,7 @@ class WorkerStore:
             self.admission_conn,
         )
 
-    # -------------------------------------------------------------- start and stop
-
-    async def register_worker(
-        self, hostname: str, pid: int, executors: int, kinds: list[str], version: str
-    ) -> int:
-        rows = await self.admin_conn.fetch(
-            self.sql.register_worker,
-            self.namespace,
-            hostname,
-            pid,
-            executors,
-            json.dumps(kinds),
-            version,
-            self.timings.heartbeat,
-            app_name(self.admin_conn.role, ""),  # the statement appends the new id
-            self.timings.recovery_interval,
-        )
-        self.worker_id = int(rows[0]["id"])
-        self._name(self.worker_id)
-        self.admin_conn._connected_as = rows[0]["application_name"]  # renamed in place
-        return self.worker_id
+    # -------------------------------------------------------------- connections
 
     def preconnect(self) -> asyncio.Future[Any]:
         """Start connecting the claim, complete and heartbeat roles now, in the background,
@@ -198,32 +166,6 @@ class WorkerStore:
             ),
             ready(self.heartbeat_conn),
         )
-
-    async def store_definitions(self, declared: dict[str, dict[str, Any]]) -> None:
-        kinds = sorted(declared)
-        await self.admin_conn.fetch(
-            self.sql.store_definitions,
-            self.namespace,
-            kinds,
-            [json.dumps(declared[k], sort_keys=True) for k in kinds],
-        )
-
-    async def load_definitions(self) -> Definitions:
-        rows = await self.admin_conn.fetch(self.sql.load_definitions, self.namespace)
-        version = int(rows[0]["definitions_version"]) if rows else 0
-        declared: dict[str, dict[str, Any]] = {}
-        overrides: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            if r["kind"] is not None:
-                declared[r["kind"]] = json.loads(r["declared"])
-                overrides[r["kind"]] = json.loads(r["overrides"])
-        return Definitions(version, declared, overrides)
-
-    async def stop_worker(self, worker_id: int | None = None) -> None:
-        """Mark this worker's row (or an earlier row of this process) stopped."""
-        worker_id = self.worker_id if worker_id is None else worker_id
-        if worker_id is not None:
-            await self.admin_conn.execute(self.sql.stop_worker, worker_id)
 
     # -------------------------------------------------------------- the hot path
 
@@ -295,7 +237,7 @@ class WorkerStore:
         rows = await self.complete_conn.fetch(sql, core, self.worker_id, features)
         return {r[0] for r in rows}
 
-    # -------------------------------------------------------------- heartbeat and recovery
+    # -------------------------------------------------------------- heartbeat, locks, admission
 
     async def heartbeat(
         self,
@@ -372,68 +314,6 @@ class WorkerStore:
         )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
-    async def store_schedules(self, schedules: Sequence[Declared]) -> list[str]:
-        """Store the code's schedules; the names of the namespace's schedules it dropped."""
-        rows = [s.row() for s in schedules]
-        columns = ("name", *DECLARED)
-        for attempt in range(1, 4):
-            try:
-                found = await self.admin_conn.fetch(
-                    self.sql.store_schedules,
-                    self.namespace,
-                    *([r[c] for r in rows] for c in columns),
-                )
-                break
-            except StatementRefused as exc:
-                # Its DELETE locks dropped schedules' rows in no set order, and a completion
-                # batch with fires of two of them holds their rows FOR SHARE: PostgreSQL
-                # may end one of the two as a deadlock; a start-up must not fail on it.
-                if exc.sqlstate != DEADLOCK_DETECTED or attempt == 3:
-                    raise
-        dropped = [r[0] for r in found]
-        if dropped:
-            await self.admin_conn.execute(self.sql.cancel_unstarted_fires, self.namespace, dropped)
-        return dropped
-
-    def db_now(self) -> datetime:
-        """The database's clock, as this host's plus the offset :meth:`unfired_schedules`
-        last measured (a round trip's accuracy): which tick a schedule's fire is next must
-        not depend on a skewed host clock."""
-        return datetime.fromtimestamp(self.wall() + self.clock_offset, UTC)
-
-    async def unfired_schedules(
-        self,
-    ) -> tuple[datetime, list[tuple[str, datetime | None, str, str, str]]]:
-        """The database's clock, and the namespace's stored schedules with no pending fire
-        (name, latest fire's tick or None, cron, timezone, missed); measures the host's
-        offset to that clock (:meth:`db_now`). Which tick each fires next is decided by
-        ``worker/fires.py``."""
-        asked = self.wall()
-        rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
-        now = rows[0]["now"]  # the database's clock: a skewed host must not skip ticks
-        self.clock_offset = now.timestamp() - (asked + self.wall()) / 2
-        # A NULL name: no schedule without a pending fire (the row carries now() alone).
-        unfired = [
-            (r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"])
-            for r in rows
-            if r["name"] is not None
-        ]
-        return now, unfired
-
-    async def enqueue_fires(
-        self, names: Sequence[str], ticks: Sequence[datetime]
-    ) -> list[tuple[str, Any]]:
-        """Enqueue the fires (schedule name, tick) under the schedules' advisory locks,
-        taken in a statement of their own (the insert then re-reads what another worker
-        committed): exactly one chain each. The (name, tick) pairs inserted."""
-        _, inserted = await self.admin_conn.fetch_together(
-            [
-                (self.sql.lock_schedules, (self.namespace, list(names))),
-                (self.sql.enqueue_fires, (self.namespace, list(names), list(ticks))),
-            ]
-        )
-        return [(r[0], r[1]) for r in inserted]
-
     async def children_of(self, job_id: int) -> str | None:
         """``ctx.children`` of a run that follows a wait: the job's children as JSON."""
         rows = await self.admission_conn.fetch(self.sql.children_of, job_id)
@@ -449,84 +329,3 @@ class WorkerStore:
         await self.lock_conn.execute(
             self.sql.release_lock, self.namespace, name, job_id, execution_id
         )
-
-    async def recover_expired(
-        self, limit: int, decide: Callable[[ExpiredLease], ExpiredDecision]
-    ) -> list[tuple[int, JobStatus, bool]]:
-        """Recovery, step 1: up to ``limit`` rows whose lease ran out, each ended by the
-        completion ``decide`` builds for it (worker/completions.py), applied through the
-        completion's own fenced finish, which also makes the jobs ``decide`` isolates
-        suspects; (id, status, charged) of those applied. Two statements, no transaction
-        between them: the finish is fenced by execution, status and the lease still
-        expired, so a row renewed or written in between is left alone."""
-        found = await self.admin_conn.fetch(self.sql.select_expired, self.namespace, limit)
-        if not found:
-            return []
-        decisions = [decide(ExpiredLease._make(r)) for r in found]
-        batch = [d.completion for d in decisions]
-        isolate = [d.completion.job_id for d in decisions if d.isolate]
-        core, features = complete.encode(batch)
-        rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features, isolate)
-        charged = {c.job_id: not c.refund for c in batch}
-        return [(r[0], JobStatus(r[1]), charged[r[0]]) for r in rows]
-
-    async def mark_dead_workers(self) -> list[int]:
-        rows = await self.admin_conn.fetch(
-            self.sql.mark_dead_workers, self.namespace, float(WORKER_DEAD_BEATS)
-        )
-        return [r["id"] for r in rows]
-
-    async def prune_finished(self, limit: int, default_retention: float) -> int:
-        rows = await self.admin_conn.fetch(
-            self.sql.prune_finished, self.namespace, limit, default_retention
-        )
-        return int(rows[0][0]) if rows else 0
-
-    async def recount_stranded_parents(self, limit: int) -> list[tuple[int, int, str]]:
-        """Up to ``limit`` waiting parents counting more children than they have unfinished
-        (one deleted without its terminal effects) recounted, each under its row lock, in a
-        snapshot taken after the lock (``queries.recovery.recount_parents``): (id, count,
-        status); one with none left is ``ready``."""
-        found = await self.admin_conn.fetch(self.sql.stranded_parents, self.namespace, limit)
-        if not found:
-            return []
-        ids = [r[0] for r in found]
-        _, rows = await self.admin_conn.fetch_together(
-            [(self.sql.lock_parents, (ids,)), (self.sql.recount_parents, (ids,))]
-        )
-        return [(r[0], r[1], r[2]) for r in rows]
-
-    async def promote_headless_lanes(self, limit: int) -> list[tuple[str, int]]:
-        """Up to ``limit`` lanes with jobs queued and no head: each one's oldest queued job
-        made ``ready``, under the lane's lock, one transaction per lane. (lane, job id)."""
-        found = await self.admin_conn.fetch(self.sql.headless_lanes, self.namespace, limit)
-        promoted = []
-        for (lane,) in found:
-            _, rows = await self.admin_conn.fetch_together(
-                [
-                    (self.sql.lock_lane, (self.namespace, lane)),
-                    (self.sql.promote_lane, (self.namespace, lane)),
-                ]
-            )
-            promoted += [(lane, r[0]) for r in rows]
-        return promoted
-
-    async def fail_deadlocked(self) -> list[tuple[int, int, str, int]]:
-        """One waiting parent of each wait cycle across lanes failed with
-        ``DeadlockDetected``: (victim, its queued child, that child's lane, the lane's
-        head)."""
-        rows = await self.admin_conn.fetch(self.sql.fail_deadlocked, self.namespace)
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
-
-    async def check_schema(self) -> None:
-        """Fail with what to do when acta's tables are missing or behind this code."""
-        try:
-            found = await self.admin_conn.fetch(self.sql.schema_revision)
-            current = found[0][0] if found else None
-        except StatementRefused as exc:
-            # 42P01 undefined_table, 3F000 invalid_schema_name: never migrated.
-            if exc.sqlstate not in ("42P01", "3F000"):
-                raise
-            current = None
-        if current != SCHEMA_HEAD:
-            raise schema_behind(self.sql.schema, current)
