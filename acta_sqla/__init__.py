@@ -7,6 +7,7 @@ import the ORM models (and SQLAlchemy with them) unless something asks for ``Job
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger as _logger
@@ -39,7 +40,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Retry": (".errors", "Retry"),
     "UnknownJobKind": (".errors", "UnknownJobKind"),
     "UniqueKeyHeld": (".errors", "UniqueKeyHeld"),
-    "Worker": (".models", "Worker"),
+    "WorkerRow": (".models", "WorkerRow"),
     "Child": (".waits", "Child"),
     "InvalidSignal": (".errors", "InvalidSignal"),
     "JobActive": (".errors", "JobActive"),
@@ -83,7 +84,7 @@ __all__ = [
     "UnknownJobKind",
     "WaitForChildren",
     "WaitForSignal",
-    "Worker",
+    "WorkerRow",
     "__version__",
     "engine_options",
 ]
@@ -114,7 +115,7 @@ if TYPE_CHECKING:
     from .models import Execution as Execution
     from .models import Job as Job
     from .models import JobStatus as JobStatus
-    from .models import Worker as Worker
+    from .models import WorkerRow as WorkerRow
     from .policy import Breaker as Breaker
     from .policy import Policy as Policy
     from .policy import Rate as Rate
@@ -125,7 +126,22 @@ if TYPE_CHECKING:
     from .waits import WaitForSignal as WaitForSignal
 
 
+_DEPRECATED: dict[str, tuple[str, str, str]] = {
+    "Worker": (
+        ".models",
+        "WorkerRow",
+        "acta_sqla.Worker is the ORM row of acta.worker, now exported as acta_sqla.WorkerRow;"
+        " the process that runs jobs is acta_sqla.worker.Worker",
+    ),
+}
+"""Old public names: still served, with a DeprecationWarning on every access."""
+
+
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        module, attr, message = _DEPRECATED[name]
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module, __name__), attr)
     try:
         module, attr = _EXPORTS[name]
     except KeyError:

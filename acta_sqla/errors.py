@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 
 class ActaError(Exception):
@@ -217,3 +218,58 @@ class Fail(HandlerError):
 
 class Cancel(HandlerError):
     """Raised by a handler: end this job ``cancelled`` now."""
+
+
+# ------------------------------------------------------------------ describing an error
+# One line for a person (the CLI, the dashboard) and one for a log line (the store, the
+# listener): in this module so that neither side imports the other for it.
+
+_MAX_MESSAGE_CHARS = 500
+
+
+def brief(exc: BaseException) -> str:
+    """``Type: first line of the message``, for one log line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _driver_error(exc: BaseException) -> bool:
+    """An asyncpg error (named by its type), without importing asyncpg to ask."""
+    import sys
+
+    asyncpg = sys.modules.get("asyncpg")
+    return asyncpg is not None and isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a person: the driver's own message (not SQLAlchemy's wrapper with its
+    SQL and background link), whitespace collapsed, cut to a readable length."""
+    inner: BaseException = exc
+    orig = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's error
+    if isinstance(orig, BaseException):
+        inner = orig
+        # SQLAlchemy's asyncpg adaptor wraps the asyncpg exception as the cause.
+        if inner.__cause__ is not None:
+            inner = inner.__cause__
+    import subprocess
+
+    if isinstance(inner, subprocess.CalledProcessError):
+        detail = inner.stderr or inner.stdout or ""
+        if isinstance(detail, bytes):
+            detail = detail.decode(errors="replace")
+        text = f"{_program(inner.cmd)} failed (exit {inner.returncode}) {detail}"
+    else:
+        text = str(inner)
+    text = " ".join(text.split())
+    if not text:
+        text = type(inner).__name__
+    elif isinstance(inner, OSError) or _driver_error(inner):
+        text = f"{type(inner).__name__}: {text}"
+    if len(text) > _MAX_MESSAGE_CHARS:
+        text = text[: _MAX_MESSAGE_CHARS - 1] + "…"
+    return text
+
+
+def _program(cmd: Any) -> str:
+    first = cmd[0] if isinstance(cmd, list | tuple) and cmd else cmd
+    return str(first).rsplit("/", 1)[-1]

@@ -15,7 +15,6 @@ Nothing in the core or the worker imports this module: FastAPI is never needed t
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -29,7 +28,13 @@ from loguru import logger
 
 from .app import Acta, EnqueueResult, JobBatch
 from .errors import ConfigurationError, WorkerCrashed
-from .settings import DEFAULT_GRACE_SECONDS, ActaSettings, load_settings
+from .settings import (
+    DEFAULT_GRACE_SECONDS,
+    ActaSettings,
+    check_executors,
+    check_grace,
+    load_settings,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -40,8 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Enqueuer", "enqueuer", "in_process_worker", "worker_lifespan"]
 
 log = logger.bind(stage="fastapi")
-
-_START_POLL_SECONDS = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,16 +160,11 @@ async def in_process_worker(
     """
     from .worker import Worker
 
-    # As `acta worker --grace`: NaN compares false with everything (it would pass ``< 0``
-    # and then end the grace at once); inf lets running handlers run to their end.
-    if math.isnan(grace) or grace < 0:
-        raise ConfigurationError(f"in_process_worker(grace={grace:g}): must be >= 0 seconds")
-    # As `acta worker --executors`, whether the settings are given or read: model_copy
-    # (update=...) below does not validate what it sets.
-    if executors is not None and (not isinstance(executors, int) or not 1 <= executors <= 1024):
-        raise ConfigurationError(
-            f"in_process_worker(executors={executors!r}): must be between 1 and 1024"
-        )
+    # The rules of `acta worker --grace` and `--executors`, whether the settings are given
+    # or read: model_copy(update=...) below does not validate what it sets.
+    check_grace(grace, f"in_process_worker(grace={grace:g})")
+    if executors is not None:
+        check_executors(executors, f"in_process_worker(executors={executors!r})")
     if settings is None:
         settings = load_settings(namespace=acta.namespace, executors=executors)
     elif executors is not None:
@@ -188,11 +186,13 @@ async def in_process_worker(
         )
 
     try:
-        # worker_id is set once the schema is checked and the worker row registered. Polled
-        # (the worker has no start-up event of its own) while watching the task, so that a
-        # start-up error is raised here at once.
-        while worker.worker_id is None and not task.done():
-            await asyncio.wait({task}, timeout=_START_POLL_SECONDS)
+        # Worker.started is set once the schema is checked and the worker row registered;
+        # the task is watched meanwhile, so that a start-up error is raised here at once.
+        started = asyncio.create_task(worker.started.wait(), name="acta-worker-started")
+        try:
+            await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            started.cancel()
         if task.done():
             stopping = True
             task.result()  # the start-up error, e.g. ConfigurationError

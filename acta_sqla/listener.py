@@ -12,7 +12,8 @@ import asyncpg
 from loguru import logger
 
 from . import _faults
-from .store import app_name, brief
+from .connections import app_name
+from .errors import brief
 
 
 class Listener:

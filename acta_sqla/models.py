@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Column,
     DateTime,
     Double,
     Enum,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     MetaData,
     Sequence,
     SmallInteger,
+    Table,
     Text,
     event,
     func,
@@ -138,6 +140,7 @@ class Job(Base):
     pending_children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     awaited_signal: Mapped[str | None] = mapped_column(Text)
     signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """Signals received, by name: their payloads."""
     schedule_name: Mapped[str | None] = mapped_column(Text)
     """The schedule this job is a fire of (docs/schedules.md); None for other jobs."""
     scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -147,7 +150,6 @@ class Job(Base):
     resumed: Mapped[str | None] = mapped_column(Text)
     """Why the job last left a durable wait (``signal``, ``timeout``, ``children``): the
     next runs see it as ``ctx.resumed``; a new wait clears it (docs/waits.md)."""
-    """Signals received, by name: their payloads."""
 
     result: Mapped[Any | None] = mapped_column(JSONB)
     last_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
@@ -159,6 +161,14 @@ class Job(Base):
 
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    # The attempt that ended the job (migration 0015): its outcome and error sit here, and
+    # its id, number, worker and times in the columns above, instead of in an Execution
+    # row. None while the job runs, and when no charged attempt ended it. Read a job's
+    # whole history through ``acta.attempt`` (``attempt_history``).
+    outcome: Mapped[str | None] = mapped_column(Text)
+    attempt_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """``{"type", "message", "traceback"}`` of the final attempt, None if it raised none."""
 
     __table_args__ = (
         # The claim reads only this index: ready rows of one namespace in claim order. With
@@ -217,7 +227,7 @@ class Job(Base):
         ),
         Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
         # A lane's unfinished jobs in order: the enqueue's "is the lane busy?" and the
-        # hand-on's "oldest waiting job" (migration 0006's triggers).
+        # hand-on's "oldest waiting job" (the lane triggers of queries/schema.sql).
         Index(
             "job_lane_idx",
             "namespace",
@@ -264,7 +274,10 @@ class Job(Base):
             unique=True,
             postgresql_where=text("schedule_name IS NOT NULL"),
         ),
-        {"schema": SCHEMA},
+        # Half of each page left free (migration 0015): the claim's and the completion's
+        # new row versions land on the old one's page, so neither update writes a lock
+        # record first nor a whole second page (docs/performance.md, eighth pass).
+        {"schema": SCHEMA, "postgresql_with": {"fillfactor": 50}},
     )
 
     def __init__(
@@ -385,7 +398,10 @@ def _check_kind(kind: Any) -> str:
 
 
 class Execution(Base):
-    """One attempt of a job, written when the attempt ends (completion or recovery).
+    """One attempt of a job that did NOT end it, written when the attempt ends (completion
+    or recovery); the attempt that ends a job is kept on the job row instead (migration
+    0015). Read a job's whole history through ``attempt_history`` (the ``acta.attempt``
+    view), never this table alone.
 
     Its id is the fencing token the claim minted; claimed, started and finished times,
     outcome and error tell what happened."""
@@ -408,7 +424,33 @@ class Execution(Base):
     traceback: Mapped[str | None] = mapped_column(Text)
 
 
-class Worker(Base):
+attempt_history = Table(
+    "attempt",
+    MetaData(schema=SCHEMA),
+    Column("job_id", BigInteger),
+    Column("id", BigInteger),
+    Column("attempt", Integer),
+    Column("worker_id", BigInteger),
+    Column("claimed_at", DateTime(timezone=True)),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("outcome", Text),
+    Column("error_type", Text),
+    Column("error_message", Text),
+    Column("traceback", Text),
+)
+"""``acta.attempt``, a VIEW (migration 0015): every attempt of every job, the ONE place to
+read a job's history. It is the ``execution`` rows (attempts that did not end their job)
+and, for each finished job, the attempt that ended it, read from the job row. Kept out of
+``Base.metadata`` (it is no table to create)."""
+
+
+class WorkerRow(Base):
+    """A worker process's row in ``acta.worker``: written by the worker itself (registered at
+    start, refreshed by each heartbeat, stopped at the end), marked dead by recovery; read
+    by the dashboard and ``acta workers``. The process that runs jobs is
+    :class:`acta_sqla.worker.Worker`."""
+
     __tablename__ = "worker"
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -433,6 +475,10 @@ class Worker(Base):
         Index("worker_live_idx", "namespace", postgresql_where=text("status = 'running'")),
         {"schema": SCHEMA},
     )
+
+
+Worker = WorkerRow
+"""The row's older name in this module (``acta_sqla.Worker``, deprecated, warns)."""
 
 
 class Namespace(Base):
@@ -515,8 +561,8 @@ class Schedule(Base):
 
 
 class RateMeter(Base):
-    """A rate limit's shared meter per (namespace, key): GCRA without burst (migration
-    0006's ``admit``), so starts are at least ``period / N`` apart."""
+    """A rate limit's shared meter per (namespace, key): GCRA without burst (the
+    ``admit`` function of queries/schema.sql), so starts are at least ``period / N`` apart."""
 
     __tablename__ = "rate_meter"
 
@@ -592,7 +638,8 @@ def _refuse_deleting_unfinished(session: Session, _context: Any, _instances: Any
     before any SQL, with the delete undone (the session is as before it) and
     :class:`JobActive` pointing at ``acta.cancel``. Deleting it would strand its parent
     (counting a child that no longer exists) or its lane (queued behind a head that is
-    gone). A hand-written DELETE gets a cancel's effects instead (migration 0014)."""
+    gone). A hand-written DELETE gets a cancel's effects instead (the ``job_deleted_effects``
+    trigger, queries/schema.sql)."""
     refused: list[Job] = []
     for obj in session.deleted:
         if isinstance(obj, Job):

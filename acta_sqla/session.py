@@ -225,12 +225,9 @@ def signal_payload(name: object, payload: object) -> str:
     import json
 
     from .payload import explain
-    from .policy import Refused, check_key, shown
+    from .waits import check_signal_name
 
-    try:
-        check_key(name)  # a non-empty str, no NUL, no lone surrogate, MAX_KEY_BYTES at most
-    except Refused as why:
-        raise InvalidSignal(f"signal name {shown(name)} {why}") from None
+    check_signal_name(name, InvalidSignal)
     try:
         # The args' own checks (NUL, lone surrogates, depth, huge integers, NaN, types),
         # iterative: whatever PostgreSQL or the worker could not take is refused here.

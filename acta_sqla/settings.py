@@ -70,6 +70,9 @@ DEFAULT_MAX_ATTEMPTS = 20
 DEFAULT_BACKOFF_BASE_SECONDS = 1.0
 DEFAULT_BACKOFF_MAX_SECONDS = 3600.0
 DEFAULT_GRACE_SECONDS = 30.0
+MIN_EXECUTORS, MAX_EXECUTORS = 1, 1024
+"""The executor count's bounds: ``ACTA_EXECUTORS``, ``acta worker --executors`` and
+``in_process_worker(executors=)`` all go through :func:`check_executors` or these."""
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 """How long finished jobs are kept before recovery prunes them (per kind: ``retention``)."""
 PRUNE_CHUNK = 1000
@@ -210,6 +213,25 @@ def default_executors() -> int:
     return max(8, min(64, 4 * available_cpus()))
 
 
+def check_executors(value: object, where: str) -> int:
+    """THE rule for an executor count (an int from :data:`MIN_EXECUTORS` to
+    :data:`MAX_EXECUTORS`; the setting's field has the same bounds): ``where`` names the
+    option as the user wrote it (``--executors 0``)."""
+    if not isinstance(value, int) or not MIN_EXECUTORS <= value <= MAX_EXECUTORS:
+        raise ConfigurationError(f"{where}: must be between {MIN_EXECUTORS} and {MAX_EXECUTORS}")
+    return value
+
+
+def check_grace(value: float, where: str) -> float:
+    """THE rule for a shutdown grace: seconds >= 0. NaN compares false with everything (it
+    would pass ``< 0`` and then end the grace at once); inf is a grace (running handlers may
+    run to their end, each bounded by its own timeout; a second signal still cancels them),
+    as a large finite number would be."""
+    if math.isnan(value) or value < 0:
+        raise ConfigurationError(f"{where}: must be >= 0 seconds")
+    return value
+
+
 def default_data_dir() -> Path:
     import platformdirs
 
@@ -276,15 +298,15 @@ class ActaSettings(BaseSettings):
         # The environment variable is ACTA_SCHEMA, the alias (pydantic-settings reads an
         # alias as the variable's whole name); the code passes ``db_schema=`` (see
         # _schema_by_name). No unprefixed alias and no populate_by_name: reading SCHEMA or
-        # DB_SCHEMA moved acta's tables when an unrelated variable had that name (issue 14,
-        # item 6), and populate_by_name would read ACTA_DB_SCHEMA too.
+        # DB_SCHEMA moved acta's tables when an unrelated variable had that name, and
+        # populate_by_name would read ACTA_DB_SCHEMA too.
         validation_alias=SCHEMA_VARIABLE,
         description="PostgreSQL schema holding acta's tables.",
     )
     heartbeat_interval: Annotated[float, Field(gt=0, le=3600)] = Field(
         default=45.0, description="Seconds between heartbeats; every lease timing derives from it."
     )
-    executors: Annotated[int, Field(ge=1, le=1024)] = Field(
+    executors: Annotated[int, Field(ge=MIN_EXECUTORS, le=MAX_EXECUTORS)] = Field(
         default_factory=default_executors,
         description="Executor loops per worker (default 4 per core, clamped to 8..64).",
     )

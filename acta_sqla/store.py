@@ -1,6 +1,6 @@
-"""The worker's one door to PostgreSQL: a connection per role, the statements of
-``queries.worker`` run on them, rows turned into frozen values, and driver errors turned
-into acta errors (``StoreUnavailable``, ``StatementRefused``), so that no stage of the
+"""The worker's one door to PostgreSQL: a connection per role (``connections.py``: driver
+errors turned into ``StoreUnavailable`` and ``StatementRefused``), the statements of
+``queries.catalogue`` run on them, rows turned into frozen values, so that no stage of the
 worker needs to know asyncpg's exceptions. asyncpg only: a worker never loads SQLAlchemy.
 """
 
@@ -9,32 +9,27 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import asyncpg
-
-from . import _faults
+from .connections import RoleConnection, app_name, connection_lost
 from .database import asyncpg_dsn
-from .errors import ConfigurationError, StatementRefused, StoreUnavailable
+from .errors import ConfigurationError, StatementRefused, StoreUnavailable, brief
 from .queries import complete
-from .queries.schedules import DECLARED
-from .queries.worker import WorkerSQL
-from .schedules import NoTick, Schedule, plan_fires
-from .settings import SCHEMA_HEAD, WORKER_DEAD_BEATS, Timings, schema_behind
-from .status import JobStatus
+from .queries.catalogue import WorkerSQL
+from .settings import Timings
+from .store_lifecycle import Definitions, LifecycleStatements
+from .store_recovery import RecoveryStatements
+from .store_schedules import Declared, ScheduleStatements
 from .values import (
     Claim,
     ClaimedJob,
     Completion,
-    ExpiredDecision,
-    ExpiredLease,
     HeartbeatReport,
 )
 
 __all__ = [
+    "Declared",
     "Definitions",
     "RoleConnection",
     "StatementRefused",
@@ -42,196 +37,8 @@ __all__ = [
     "WorkerStore",
     "app_name",
     "brief",
+    "connection_lost",
 ]
-
-# ---------------------------------------------------------------- driver errors → acta errors
-
-_LOST_CONNECTION_STATES = frozenset(
-    {
-        "57P01",  # admin_shutdown: pg_terminate_backend, a fast shutdown
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now: the server is starting or stopping
-        "53300",  # too_many_connections
-        # A demoted primary (after a failover) refuses writes; a new connection finds the
-        # new primary behind the same address.
-        "25006",  # read_only_sql_transaction
-    }
-)
-"""SQLSTATEs that say the connection (or the server behind it) is gone or unfit, besides
-class 08 (connection exception): the connection is replaced, the statement is not at
-fault."""
-
-_DRIVER_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,  # refused, reset, unreachable; TimeoutError and ConnectionError are OSErrors
-    asyncio.TimeoutError,
-    # The driver's own view of a broken connection. After pg_terminate_backend asyncpg
-    # often raises InternalClientError ("cannot switch to state 12; another operation (2)
-    # is in progress") instead of a connection error: the connection is unusable all the
-    # same, and keeping it stalled every claim behind it (issue 10, item 7).
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-)
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """True when ``exc`` means the connection is gone or unfit (replace it), False when the
-    server answered the statement itself with an error, or when asyncpg refused the
-    connection's own settings (``ClientConfigurationError``, an InterfaceError: an invalid
-    ``sslmode``, a missing root certificate): connecting again will not mend those."""
-    if isinstance(exc, asyncpg.ClientConfigurationError):
-        return False
-    if isinstance(exc, asyncpg.PostgresError):
-        state = getattr(exc, "sqlstate", None) or ""
-        return state[:2] == "08" or state in _LOST_CONNECTION_STATES
-    return isinstance(exc, _DRIVER_CONNECTION_ERRORS)
-
-
-def brief(exc: BaseException) -> str:
-    """``Type: first line of the message``, for one log line."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def app_name(role: str, worker_id: object = None) -> str:
-    """A connection's ``application_name``: ``acta:<role>:<worker id>`` once the worker
-    has an id, so an operator (or a test) finds every connection of one worker."""
-    return f"acta:{role}" if worker_id is None else f"acta:{role}:{worker_id}"
-
-
-DEADLOCK_DETECTED = "40P01"
-
-
-class RoleConnection:
-    """One connection of one role (claim, complete, heartbeat, admin, lock), opened on
-    demand.
-
-    Whatever the driver raises for a lost connection discards the connection at once (it
-    may be killed, half dead, or pointed at a demoted primary) and raises
-    ``StoreUnavailable``: the next call connects afresh. An error the server answered the
-    statement with raises ``StatementRefused`` carrying its SQLSTATE, and the connection is
-    kept.
-    """
-
-    def __init__(
-        self, dsn: str, role: str, timeout: float, settings: dict[str, str] | None = None
-    ) -> None:
-        self.dsn = dsn
-        self.role = role
-        self.timeout = timeout
-        self.settings = settings or {}
-        self.conn: asyncpg.Connection | None = None
-        self.application_name = app_name(role)
-        self._connected_as = ""
-        # One statement at a time: asyncpg refuses a second operation on a busy connection
-        # (the admin role is shared by start-up, recovery and definition reloads).
-        self._busy = asyncio.Lock()
-        self._connecting = asyncio.Lock()
-
-    async def get(self) -> asyncpg.Connection:
-        conn = self.conn
-        if conn is not None and not conn.is_closed():
-            return conn
-        async with self._connecting:  # one connection, however many callers ask at once
-            if self.conn is None or self.conn.is_closed():
-                self.conn = None
-                name = self.application_name
-                try:
-                    if _faults.active is not None:  # tests only: a simulated outage
-                        _faults.active.connecting(name)
-                    self.conn = await asyncpg.connect(
-                        self.dsn,
-                        timeout=self.timeout,
-                        server_settings={"application_name": name, **self.settings},
-                    )
-                except Exception as exc:
-                    message = f"{self.role}: cannot connect: {brief(exc)}"
-                    if connection_lost(exc):  # refused, unreachable, starting up: may pass
-                        raise StoreUnavailable(message) from exc
-                    if isinstance(exc, asyncpg.PostgresError):
-                        # A bad password, an unknown database: waiting will not mend it.
-                        raise StatementRefused(message, exc.sqlstate or "XX000") from exc
-                    raise
-                self._connected_as = name
-            return self.conn
-
-    async def rename(self) -> None:
-        """Give an open connection the role's current ``application_name`` (it was opened
-        before the worker's id was known)."""
-        if self.conn is not None and self._connected_as != self.application_name:
-            name = self.application_name
-            await self.execute(WorkerSQL.set_application_name, name)
-            self._connected_as = name
-
-    async def discard(self) -> None:
-        self._drop()
-
-    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        return await self._run("fetch", sql, args)  # type: ignore[no-any-return]
-
-    async def execute(self, sql: str, *args: Any) -> str:
-        return await self._run("execute", sql, args)  # type: ignore[no-any-return]
-
-    async def fetch_together(
-        self, steps: Sequence[tuple[str, tuple[Any, ...]]]
-    ) -> list[list[asyncpg.Record]]:
-        """Several statements in ONE transaction, in order; each one's rows."""
-        async with self._busy:
-            conn = await self.get()
-            try:
-                async with conn.transaction():
-                    return [
-                        await conn.fetch(sql, *args, timeout=self.timeout) for sql, args in steps
-                    ]
-            except Exception as exc:
-                translated = self._translated(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-
-    async def _run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
-        async with self._busy:
-            conn = await self.get()
-            try:
-                return await getattr(conn, method)(sql, *args, timeout=self.timeout)
-            except Exception as exc:
-                translated = self._translated(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-
-    def _translated(self, exc: Exception) -> Exception:
-        """The acta error for a driver error (the connection discarded when it is lost);
-        anything else (a bug in acta) unchanged."""
-        if connection_lost(exc):
-            self._drop()
-            return StoreUnavailable(f"{self.role}: {brief(exc)}")
-        if isinstance(exc, asyncpg.PostgresError):
-            state = getattr(exc, "sqlstate", None) or "XX000"
-            return StatementRefused(f"{self.role}: {brief(exc)}", state)
-        # Not the driver's error: keep it as it is, but do not trust a connection that was
-        # in the middle of a statement when it was raised.
-        self._drop()
-        return exc
-
-    def _drop(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None and not conn.is_closed():
-            conn.terminate()
-
-    async def close(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), timeout=2)
-            except (Exception, asyncio.CancelledError):
-                conn.terminate()
-
-
-@dataclass(frozen=True, slots=True)
-class Definitions:
-    version: int
-    declared: dict[str, dict[str, Any]]
-    overrides: dict[str, dict[str, Any]]
 
 
 MAX_CHANNEL_BYTES = 63
@@ -239,9 +46,12 @@ MAX_CHANNEL_BYTES = 63
 (the namespace rule leaves room for the default schema, ``acta``)."""
 
 
-class WorkerStore:
+class WorkerStore(LifecycleStatements, ScheduleStatements, RecoveryStatements):
     """What a worker's stages call. Each stage has its own connection, so a busy claim never
-    delays a completion write or a heartbeat."""
+    delays a completion write or a heartbeat. The connections are this class's; the
+    statements of start-up and stop (``store_lifecycle.py``), of the schedules
+    (``store_schedules.py``) and of the recovery pass (``store_recovery.py``) are its
+    parts, run on its admin connection."""
 
     def __init__(self, url: str, schema: str, namespace: str, timings: Timings) -> None:
         channel = f"{schema}.{namespace}"
@@ -319,27 +129,7 @@ class WorkerStore:
             self.admission_conn,
         )
 
-    # -------------------------------------------------------------- start and stop
-
-    async def register_worker(
-        self, hostname: str, pid: int, executors: int, kinds: list[str], version: str
-    ) -> int:
-        rows = await self.admin_conn.fetch(
-            self.sql.register_worker,
-            self.namespace,
-            hostname,
-            pid,
-            executors,
-            json.dumps(kinds),
-            version,
-            self.timings.heartbeat,
-            app_name(self.admin_conn.role, ""),  # the statement appends the new id
-            self.timings.recovery_interval,
-        )
-        self.worker_id = int(rows[0]["id"])
-        self._name(self.worker_id)
-        self.admin_conn._connected_as = rows[0]["application_name"]  # renamed in place
-        return self.worker_id
+    # -------------------------------------------------------------- connections
 
     def preconnect(self) -> asyncio.Future[Any]:
         """Start connecting the claim, complete and heartbeat roles now, in the background,
@@ -376,32 +166,6 @@ class WorkerStore:
             ),
             ready(self.heartbeat_conn),
         )
-
-    async def store_definitions(self, declared: dict[str, dict[str, Any]]) -> None:
-        kinds = sorted(declared)
-        await self.admin_conn.fetch(
-            self.sql.store_definitions,
-            self.namespace,
-            kinds,
-            [json.dumps(declared[k], sort_keys=True) for k in kinds],
-        )
-
-    async def load_definitions(self) -> Definitions:
-        rows = await self.admin_conn.fetch(self.sql.load_definitions, self.namespace)
-        version = int(rows[0]["definitions_version"]) if rows else 0
-        declared: dict[str, dict[str, Any]] = {}
-        overrides: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            if r["kind"] is not None:
-                declared[r["kind"]] = json.loads(r["declared"])
-                overrides[r["kind"]] = json.loads(r["overrides"])
-        return Definitions(version, declared, overrides)
-
-    async def stop_worker(self, worker_id: int | None = None) -> None:
-        """Mark this worker's row (or an earlier row of this process) stopped."""
-        worker_id = self.worker_id if worker_id is None else worker_id
-        if worker_id is not None:
-            await self.admin_conn.execute(self.sql.stop_worker, worker_id)
 
     # -------------------------------------------------------------- the hot path
 
@@ -473,7 +237,7 @@ class WorkerStore:
         rows = await self.complete_conn.fetch(sql, core, self.worker_id, features)
         return {r[0] for r in rows}
 
-    # -------------------------------------------------------------- heartbeat and recovery
+    # -------------------------------------------------------------- heartbeat, locks, admission
 
     async def heartbeat(
         self,
@@ -550,67 +314,6 @@ class WorkerStore:
         )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
-    async def store_schedules(self, schedules: Sequence[Schedule]) -> list[str]:
-        """Store the code's schedules; the names of the namespace's schedules it dropped."""
-        rows = [s.row() for s in schedules]
-        columns = ("name", *DECLARED)
-        for attempt in range(1, 4):
-            try:
-                found = await self.admin_conn.fetch(
-                    self.sql.store_schedules,
-                    self.namespace,
-                    *([r[c] for r in rows] for c in columns),
-                )
-                break
-            except StatementRefused as exc:
-                # Its DELETE locks dropped schedules' rows in no set order, and a completion
-                # batch with fires of two of them holds their rows FOR SHARE: PostgreSQL
-                # may end one of the two as a deadlock; a start-up must not fail on it.
-                if exc.sqlstate != DEADLOCK_DETECTED or attempt == 3:
-                    raise
-        dropped = [r[0] for r in found]
-        if dropped:
-            await self.admin_conn.execute(self.sql.cancel_unstarted_fires, self.namespace, dropped)
-        return dropped
-
-    def db_now(self) -> datetime:
-        """The database's clock, as this host's plus the offset :meth:`ensure_fires` last
-        measured (a round trip's accuracy): which tick a schedule's fire is next must not
-        depend on a skewed host clock."""
-        return datetime.fromtimestamp(self.wall() + self.clock_offset, UTC)
-
-    async def ensure_fires(
-        self,
-        schedules: Mapping[str, Schedule],
-        stuck: Callable[[NoTick], None] | None = None,
-    ) -> list[tuple[str, Any]]:
-        """Enqueue a fire for each stored schedule of ``schedules`` that has none pending:
-        its first tick to come if it never fired, else its last fire's successor (the
-        missed policy). Under the schedules' locks, re-checked: exactly one chain each.
-        A schedule whose tick cannot be computed (``schedules.plan_fires``) is handed to
-        ``stuck`` and gets no fire; every other one still does."""
-        asked = self.wall()
-        rows = await self.admin_conn.fetch(self.sql.unfired_schedules, self.namespace)
-        now = rows[0]["now"]  # the database's clock: a skewed host must not skip ticks
-        self.clock_offset = now.timestamp() - (asked + self.wall()) / 2
-        unfired = [(r["name"], r["last_tick"], r["cron"], r["timezone"], r["missed"]) for r in rows]
-        # A NULL name: no schedule without a pending fire (the row carries now() alone).
-        planned, failed = plan_fires((u for u in unfired if u[0] is not None), schedules, now)
-        for exc in failed:
-            if stuck is not None:
-                stuck(exc)
-        if not planned:
-            return []
-        names = [name for name, _ in planned]
-        ticks = [tick for _, tick in planned]
-        _, inserted = await self.admin_conn.fetch_together(
-            [
-                (self.sql.lock_schedules, (self.namespace, names)),
-                (self.sql.enqueue_fires, (self.namespace, names, ticks)),
-            ]
-        )
-        return [(r[0], r[1]) for r in inserted]
-
     async def children_of(self, job_id: int) -> str | None:
         """``ctx.children`` of a run that follows a wait: the job's children as JSON."""
         rows = await self.admission_conn.fetch(self.sql.children_of, job_id)
@@ -626,84 +329,3 @@ class WorkerStore:
         await self.lock_conn.execute(
             self.sql.release_lock, self.namespace, name, job_id, execution_id
         )
-
-    async def recover_expired(
-        self, limit: int, decide: Callable[[ExpiredLease], ExpiredDecision]
-    ) -> list[tuple[int, JobStatus, bool]]:
-        """Recovery, step 1: up to ``limit`` rows whose lease ran out, each ended by the
-        completion ``decide`` builds for it (worker/completions.py), applied through the
-        completion's own fenced finish, which also makes the jobs ``decide`` isolates
-        suspects; (id, status, charged) of those applied. Two statements, no transaction
-        between them: the finish is fenced by execution, status and the lease still
-        expired, so a row renewed or written in between is left alone."""
-        found = await self.admin_conn.fetch(self.sql.select_expired, self.namespace, limit)
-        if not found:
-            return []
-        decisions = [decide(ExpiredLease._make(r)) for r in found]
-        batch = [d.completion for d in decisions]
-        isolate = [d.completion.job_id for d in decisions if d.isolate]
-        core, features = complete.encode(batch)
-        rows = await self.admin_conn.fetch(self.sql.finish_expired, core, None, features, isolate)
-        charged = {c.job_id: not c.refund for c in batch}
-        return [(r[0], JobStatus(r[1]), charged[r[0]]) for r in rows]
-
-    async def mark_dead_workers(self) -> list[int]:
-        rows = await self.admin_conn.fetch(
-            self.sql.mark_dead_workers, self.namespace, float(WORKER_DEAD_BEATS)
-        )
-        return [r["id"] for r in rows]
-
-    async def prune_finished(self, limit: int, default_retention: float) -> int:
-        rows = await self.admin_conn.fetch(
-            self.sql.prune_finished, self.namespace, limit, default_retention
-        )
-        return int(rows[0][0]) if rows else 0
-
-    async def recount_stranded_parents(self, limit: int) -> list[tuple[int, int, str]]:
-        """Up to ``limit`` waiting parents counting more children than they have unfinished
-        (one deleted without its terminal effects) recounted, each under its row lock, in a
-        snapshot taken after the lock (``queries.recovery.recount_parents``): (id, count,
-        status); one with none left is ``ready``."""
-        found = await self.admin_conn.fetch(self.sql.stranded_parents, self.namespace, limit)
-        if not found:
-            return []
-        ids = [r[0] for r in found]
-        _, rows = await self.admin_conn.fetch_together(
-            [(self.sql.lock_parents, (ids,)), (self.sql.recount_parents, (ids,))]
-        )
-        return [(r[0], r[1], r[2]) for r in rows]
-
-    async def promote_headless_lanes(self, limit: int) -> list[tuple[str, int]]:
-        """Up to ``limit`` lanes with jobs queued and no head: each one's oldest queued job
-        made ``ready``, under the lane's lock, one transaction per lane. (lane, job id)."""
-        found = await self.admin_conn.fetch(self.sql.headless_lanes, self.namespace, limit)
-        promoted = []
-        for (lane,) in found:
-            _, rows = await self.admin_conn.fetch_together(
-                [
-                    (self.sql.lock_lane, (self.namespace, lane)),
-                    (self.sql.promote_lane, (self.namespace, lane)),
-                ]
-            )
-            promoted += [(lane, r[0]) for r in rows]
-        return promoted
-
-    async def fail_deadlocked(self) -> list[tuple[int, int, str, int]]:
-        """One waiting parent of each wait cycle across lanes failed with
-        ``DeadlockDetected``: (victim, its queued child, that child's lane, the lane's
-        head)."""
-        rows = await self.admin_conn.fetch(self.sql.fail_deadlocked, self.namespace)
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
-
-    async def check_schema(self) -> None:
-        """Fail with what to do when acta's tables are missing or behind this code."""
-        try:
-            found = await self.admin_conn.fetch(self.sql.schema_revision)
-            current = found[0][0] if found else None
-        except StatementRefused as exc:
-            # 42P01 undefined_table, 3F000 invalid_schema_name: never migrated.
-            if exc.sqlstate not in ("42P01", "3F000"):
-                raise
-            current = None
-        if current != SCHEMA_HEAD:
-            raise schema_behind(self.sql.schema, current)

@@ -44,9 +44,9 @@ SYSTEM = "acta"
 the conventions allow a system's own name."""
 
 _FAILED = {
-    Outcome.ERROR,
+    Outcome.FAILED,
     Outcome.TIMEOUT,
-    Outcome.FAIL_NOW,
+    Outcome.FAIL,
     Outcome.LEASE_LOST,
     Outcome.LOCK_LOST,
     Outcome.LOST,

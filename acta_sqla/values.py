@@ -58,21 +58,20 @@ class Claim(NamedTuple):
 
 
 class Outcome(StrEnum):
-    """What one attempt came to, as stored in ``acta.execution.outcome`` (the values are
-    the stored ones and never change; the names say what each one means)."""
+    """What one attempt came to, as stored in ``acta.execution.outcome``: each name is its
+    stored value (the values never change)."""
 
     SUCCEEDED = "succeeded"
-    ERROR = "failed"
+    FAILED = "failed"
     """A charged attempt that did not succeed (it raised, its result could not be stored, it
-    lost its lease or a lock): retried under the failure budget, else the job ends ``failed``.
-    Stored as ``failed``."""
+    lost its lease or a lock): retried under the failure budget, else the job ends ``failed``."""
     TIMEOUT = "timeout"
     """Ran past its execution timeout: a failure under the budget."""
     RETRY = "retry"
     """Asked for a retry at a time (``raise Retry(after=...)``): charged, under the budget."""
-    FAIL_NOW = "fail"
+    FAIL = "fail"
     """Asked to fail now (``raise Fail(...)``), or failed in a way retrying cannot mend: the
-    job ends ``failed`` whatever is left of its budget. Stored as ``fail``."""
+    job ends ``failed`` whatever is left of its budget."""
     CANCELLED = "cancelled"
     """Cancelled on request (``raise Cancel`` or an operator's cancel)."""
     WAITING = "waiting"
@@ -163,7 +162,7 @@ class ExpiredLease(NamedTuple):
     max_attempts: int | None
     """The job's own budget, if it set one."""
     override_max_attempts: int | None
-    """The kind's stored override (``acta kinds set``), if any."""
+    """The kind's stored override (``acta definitions set``), if any."""
     declared_max_attempts: int | None
     """The budget the kind's code declared, if stored."""
     started: bool

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import durations
-from .errors import InvalidJob
+from .errors import ActaError, InvalidJob
 from .policy import Refused, check_key, shown
 
 if TYPE_CHECKING:
@@ -28,6 +28,17 @@ if TYPE_CHECKING:
 
 MAX_CHILDREN = 100_000
 """The most children one ``WaitForChildren`` may spawn (they travel in one completion)."""
+
+
+def check_signal_name(name: object, error: type[ActaError], where: str = "") -> str:
+    """THE rule for a signal's name, the sender's (``acta.signal``: ``InvalidSignal``) and
+    the waiter's (``WaitForSignal``: ``InvalidJob``, the attempt fails under its budget):
+    :func:`~acta_sqla.policy.check_key`'s, so that the completion can store it. The message
+    says ``signal name <name> <why>``, after ``where``."""
+    try:
+        return check_key(name)
+    except Refused as why:
+        raise error(f"{where}signal name {shown(name)} {why}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +50,9 @@ class WaitForSignal:
     timeout: float | None = None
 
     def __post_init__(self) -> None:
-        try:
-            # acta.signal's rule: a name the completion could not store (a NUL, a lone
-            # surrogate) failed the job for good at its completion; refused here, the
-            # attempt fails under its budget with InvalidJob.
-            check_key(self.name)
-        except Refused as why:
-            raise InvalidJob(f"WaitForSignal: name={shown(self.name)} {why}") from None
+        # A name the completion could not store (a NUL, a lone surrogate) failed the job
+        # for good at its completion; refused here, the attempt fails under its budget.
+        check_signal_name(self.name, InvalidJob, "WaitForSignal: ")
         t = self.timeout
         if t is not None:
             checked = durations.seconds(t, positive=True)

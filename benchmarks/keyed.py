@@ -111,6 +111,7 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
         env = dict(os.environ, ACTA_DATABASE_URL=url)
         cmd = [sys.executable, "-m", "acta_sqla.cli", "worker", "--app", "benchmarks.keyed:acta"]
         cmd += ["--executors", str(executors)]
+        wal0 = await conn.fetchval("SELECT pg_current_wal_lsn()")
         pg0 = postgres_cpu(own)
         t0 = time.monotonic()
         proc = subprocess.Popen(  # noqa: ASYNC220 - started once, polled below
@@ -123,6 +124,7 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
                 await asyncio.sleep(0.1)
             wall = time.monotonic() - t0
             pg = cpu_delta_s(pg0, postgres_cpu(own))
+            wal = await conn.fetchval("SELECT pg_current_wal_lsn() - $1::pg_lsn", wal0)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -148,6 +150,8 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
             "jobs_per_s": n / wall,
             "bounces_per_job": max(0, claims - n) / n,
             "pg_us_per_job": pg / n * 1e6,
+            # The server's WAL over the drain (every database's: run it on a quiet server).
+            "wal_bytes_per_job": float(wal) / n,
             "jobs_per_admit_call": n / float(admit_calls) if admit_calls else 0.0,
             "admit_us_per_job": funcs.get("admit", (0, 0.0))[1] * 1000 / n,
             "trigger_us_per_job": funcs.get("job_terminal_effects", (0, 0.0))[1] * 1000 / n,

@@ -13,8 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
-from acta_sqla import Acta, Context, Execution, engine_options, migrate
+from acta_sqla import Acta, Context, engine_options, migrate
 from acta_sqla.database import database_url
+from acta_sqla.models import attempt_history
 from acta_sqla.settings import load_settings
 from acta_sqla.status import TERMINAL_STATUSES
 from acta_sqla.testing import drain
@@ -45,12 +46,13 @@ async def run(url: str, schema: str) -> None:
             if all(job.status in TERMINAL_STATUSES for job in jobs):
                 break
             await asyncio.sleep(0.1)
-        # Each attempt's row keeps when it was claimed (the database's clock, the meter's).
+        # Every attempt (acta.attempt, the one place to read a job's history) keeps when it
+        # was claimed (the database's clock, the meter's).
         claimed = (
             await session.scalars(
-                select(Execution.claimed_at)
-                .where(Execution.job_id.in_([job.id for job in jobs]))
-                .order_by(Execution.claimed_at)
+                select(attempt_history.c.claimed_at)
+                .where(attempt_history.c.job_id.in_([job.id for job in jobs]))
+                .order_by(attempt_history.c.claimed_at)
             )
         ).all()
         gap = min((b - a).total_seconds() for a, b in itertools.pairwise(claimed))

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 import asyncpg
 from loguru import logger
 
-from ..errors import ActaError, ConfigurationError
+from ..errors import ActaError, ConfigurationError, describe_error
 from ..settings import ActaSettings, load_settings, masked_url
 
 P = ParamSpec("P")
@@ -30,7 +30,6 @@ EXIT_CONFIGURATION = 2
 """A setting or option has a value acta cannot use (as Click's usage errors)."""
 EXIT_INTERRUPTED = 130
 
-_MAX_MESSAGE_CHARS = 500
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ActaError,
@@ -156,38 +155,6 @@ def _client_configuration(exc: BaseException) -> bool:
     """True when asyncpg refused the connection's settings before connecting (an invalid
     ``sslmode``, a missing root certificate, ...): a configuration error, whoever wraps it."""
     return any(isinstance(e, asyncpg.ClientConfigurationError) for e in _causes(exc))
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for a person: the driver's own message (not SQLAlchemy's wrapper with its
-    SQL and background link), whitespace collapsed, cut to a readable length."""
-    inner: BaseException = exc
-    orig = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's error
-    if isinstance(orig, BaseException):
-        inner = orig
-        # SQLAlchemy's asyncpg adaptor wraps the asyncpg exception as the cause.
-        if inner.__cause__ is not None:
-            inner = inner.__cause__
-    if isinstance(inner, subprocess.CalledProcessError):
-        detail = inner.stderr or inner.stdout or ""
-        if isinstance(detail, bytes):
-            detail = detail.decode(errors="replace")
-        text = f"{_program(inner.cmd)} failed (exit {inner.returncode}) {detail}"
-    else:
-        text = str(inner)
-    text = " ".join(text.split())
-    if not text:
-        text = type(inner).__name__
-    elif isinstance(inner, OSError | asyncpg.PostgresError | asyncpg.InterfaceError):
-        text = f"{type(inner).__name__}: {text}"
-    if len(text) > _MAX_MESSAGE_CHARS:
-        text = text[: _MAX_MESSAGE_CHARS - 1] + "…"
-    return text
-
-
-def _program(cmd: Any) -> str:
-    first = cmd[0] if isinstance(cmd, list | tuple) and cmd else cmd
-    return str(first).rsplit("/", 1)[-1]
 
 
 def fail(message: str, code: int = EXIT_FAILURE, command: str = "acta") -> NoReturn:

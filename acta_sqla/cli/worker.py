@@ -21,7 +21,7 @@ from loguru import logger
 
 from ..app import Acta
 from ..errors import ConfigurationError, WorkerCrashed
-from ..settings import DEFAULT_GRACE_SECONDS, load_settings
+from ..settings import DEFAULT_GRACE_SECONDS, check_executors, check_grace, load_settings
 from ._common import run_cli
 
 __all__ = ["load_app", "run_worker", "serve", "worker"]
@@ -67,13 +67,9 @@ def serve(
 ) -> None:
     """Run the worker of the app ``module:attribute`` (None: ``ACTA_APP``, from the
     environment or ``.env``) until SIGTERM/SIGINT, or until idle with ``burst``."""
-    if executors is not None and not 1 <= executors <= 1024:
-        raise ConfigurationError(f"--executors {executors}: must be between 1 and 1024")
-    # NaN compares false with everything: it would pass ``< 0`` and then end the grace at
-    # once. inf is a grace (running handlers may run to their end, each bounded by its own
-    # timeout; a second signal still cancels them), as a large finite number would be.
-    if math.isnan(grace) or grace < 0:
-        raise ConfigurationError(f"--grace {grace:g}: must be >= 0 seconds")
+    if executors is not None:
+        check_executors(executors, f"--executors {executors}")
+    check_grace(grace, f"--grace {grace:g}")
     # ACTA_APP is a setting like the others: Typer reads the environment (envvar), the
     # settings the .env file of the current folder too.
     acta = load_app(app or load_settings().app)

@@ -733,7 +733,7 @@ def _database_errors() -> tuple[type[BaseException], ...]:
 
 
 def _describe(exc: BaseException) -> str:
-    from ..cli._common import describe_error
+    from ..errors import describe_error
 
     return describe_error(exc)
 

@@ -1,7 +1,7 @@
 """Every statement acta sends, one named builder each with its one-line purpose; no I/O
 here (the store, the session helpers and the read model run them).
 
-* ``queries.worker``: the worker's statements (:class:`WorkerSQL`), plain SQL for asyncpg,
+* ``queries.catalogue``: the worker's statements (:class:`WorkerSQL`), plain SQL for asyncpg,
   rendered once per worker from the modules of their concern: ``claim``, ``complete``,
   ``heartbeat``, ``recovery``, ``locks``, ``definitions``, ``workers``. No SQLAlchemy.
 * ``queries.session``: statements on the application's own SQLAlchemy session (enqueue,

@@ -1,6 +1,6 @@
 """Admission: ONE call decides every keyed job an executor batch asks about.
 
-The decision (concurrency slot, rate meter) is the ``admit`` function of migration 0006:
+The decision (concurrency slot, rate meter) is the ``admit`` function (queries/schema.sql):
 it locks each key of the batch (advisory, in one order) before it reads, which one plain
 statement cannot do (its snapshot is taken before it waits). This module holds the call.
 

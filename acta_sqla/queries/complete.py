@@ -11,7 +11,7 @@ The statement is composed from named parts, each a CTE with its guard said besid
 
 Effects that must happen on EVERY way out of ``executing`` or into a terminal state (free
 the attempt's concurrency slots, hand a lane on, tell a waiting parent) are NOT parts of
-this statement: the ``job_terminal_effects`` trigger (migration 0003) runs them for this
+this statement: the ``job_terminal_effects`` trigger (queries/schema.sql) runs them for this
 statement, for recovery and for the session's cancel alike.
 
 Python makes every decision (``worker/completions.py``); this statement only applies it.
@@ -114,6 +114,16 @@ the job goes ``ready`` at once instead of waiting. Read from the row the finish 
 a signal committed while the completion waited for the row lock is seen (no lost signal)."""
 
 
+ENDS_JOB = f"""(c.record AND NOT c.refund AND c.attempt = j.attempts
+                 AND (c.status IN {TERMINAL} OR (c.cancel_wins AND j.cancel_requested)))"""
+"""The attempt ends the job and is charged: its facts are kept on the job row (``outcome``,
+``attempt_error``, ``worker_id``, ``started_at`` beside the row's execution id, attempt
+count, claim and finish times: migration 0015) and no Execution row is written for it. The
+``acta.attempt`` view reads them back as the job's last attempt. An uncharged attempt that
+ends the job (an operator's cancel winning over a hand-back) keeps its Execution row: the
+row's attempt count no longer names it."""
+
+
 def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> str:
     """``done``: each completion applied to its job. Guard: the row must still be
     'executing' under the same execution id, so a repeated or late write (another worker
@@ -162,7 +172,17 @@ def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> st
                                         THEN j.pending_children ELSE c.children END,
                 resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
                                WHEN {SATISFIED} THEN 'signal' END,
-                worker_id = NULL,
+                -- The attempt that ends the job is kept on its row, not in an Execution
+                -- row (migration 0015): its outcome, error, worker and start.
+                outcome = CASE WHEN {ENDS_JOB} THEN c.outcome END,
+                attempt_error = CASE WHEN {ENDS_JOB} AND c.error_type IS NOT NULL
+                                     THEN jsonb_build_object('type', c.error_type,
+                                                             'message', c.error_message,
+                                                             'traceback', c.traceback) END,
+                started_at = CASE WHEN {ENDS_JOB} AND c.ran_seconds IS NOT NULL
+                                  THEN now() - make_interval(secs => c.ran_seconds)
+                                  ELSE j.started_at END,
+                worker_id = CASE WHEN {ENDS_JOB} THEN coalesce(c.ran_by, $2) END,
                 lease_expires_at = NULL{more}
             FROM c
             -- Each row is looked up by primary key (id = ANY of the batch's ids): the
@@ -173,14 +193,16 @@ def fenced_finish(schema: str, extra_guard: str = "", extra_set: str = "") -> st
               AND j.status = 'executing' {extra_guard}
             RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
                       c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
-                      c.record, c.ran_by
+                      c.record AND j.outcome IS NULL AS record, c.ran_by
         )"""
 
 
 def history(schema: str) -> str:
     """``history``: the attempt's Execution row, dated from how long the handler ran (or,
     when it never ran here, from the row's own start: recovery). Guard: only rows the
-    fenced finish applied, and only real attempts (``record``: not hand-backs)."""
+    fenced finish applied, and only real attempts (``record``: not hand-backs) that did
+    not end the job (:data:`ENDS_JOB`: the finish kept that one on the job row, and
+    ``done.record`` is false for it)."""
     s = quote(schema)
     return f"""history AS (
             INSERT INTO {s}.execution AS e (id, job_id, attempt, worker_id, claimed_at,
@@ -254,7 +276,7 @@ def next_fire(schema: str) -> str:
     (the row is re-read after its lock: not enabled, no successor); a completion that
     locked first commits its successor before the pause's cancel reads the fires, which
     then cancels it. Without the lock, a completion whose snapshot predated the pause
-    enqueued one more fire after the pause (23 of 240 pauses, issue 28)."""
+    enqueued one more fire after the pause (23 of 240 pauses; I10)."""
     s = quote(schema)
     return f"""
             INSERT INTO {s}.job AS nf (namespace, kind, args, run_at, schedule_name,
@@ -286,7 +308,7 @@ FEATURE_PARTS: tuple[FeaturePart, ...] = (
 schedule's next fire. (A signal
 wait needs no part: the finish itself parks the job, reading the row's ``signals``.) A
 lane's hand-on and a child telling its parent are not parts: they must follow every way to
-a terminal state, so they are terminal effects (the trigger, migrations 0006 and 0007)."""
+a terminal state, so they are terminal effects (the trigger, queries/schema.sql)."""
 
 
 # ------------------------------------------------------------------------------ the statement

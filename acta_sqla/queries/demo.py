@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import Delete, Select, delete, func, select
 
-from ..models import TERMINAL_STATUSES, Execution, Job
+from ..models import TERMINAL_STATUSES, Execution, Job, attempt_history
 
 
 def delete_namespace_history(namespace: str) -> Delete:
@@ -58,7 +58,7 @@ def count_executions(namespace: str) -> Select[tuple[int]]:
     """Attempts recorded for the namespace's jobs."""
     return (
         select(func.count())
-        .select_from(Execution)
-        .join(Job, Job.id == Execution.job_id)
+        .select_from(attempt_history)
+        .join(Job, Job.id == attempt_history.c.job_id)
         .where(Job.namespace == namespace)
     )

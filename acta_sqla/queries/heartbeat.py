@@ -57,7 +57,7 @@ def heartbeat(schema: str) -> str:
             -- The next pass is due after the SHORTEST recovery interval of the namespace's
             -- running workers, not this worker's own: a 45 s worker taking the pass would
             -- otherwise make 0.5 s workers wait 180 s to recover a crashed peer's rows,
-            -- whose 2 s leases ran out long before (issue 10, item 6). A registering
+            -- whose 2 s leases ran out long before (I1, no lost job). A registering
             -- worker pulls a later due time in to its own interval (register_worker).
             UPDATE {s}.namespace SET recovery_due_at = now() + make_interval(secs => least(
                 $7,

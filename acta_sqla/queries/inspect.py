@@ -38,6 +38,7 @@ from ..models import (
     RateMeter,
     Schedule,
     Worker,
+    attempt_history,
 )
 from ..status import TERMINAL_STATUSES, JobStatus
 
@@ -94,17 +95,20 @@ JOB_DETAIL_COLUMNS = (
 )
 """The columns of one job shown in full."""
 
+_A = attempt_history.c
 EXECUTION_COLUMNS = (
-    Execution.id,
-    Execution.attempt,
-    Execution.outcome,
-    Execution.worker_id,
-    Execution.claimed_at,
-    Execution.started_at,
-    Execution.finished_at,
-    Execution.error_type,
-    Execution.error_message,
+    _A.id,
+    _A.attempt,
+    _A.outcome,
+    _A.worker_id,
+    _A.claimed_at,
+    _A.started_at,
+    _A.finished_at,
+    _A.error_type,
+    _A.error_message,
 )
+"""An attempt's columns, read from ``acta.attempt`` (every attempt: the Execution rows and
+each finished job's final attempt, kept on its row since migration 0015)."""
 
 WORKER_COLUMNS = (
     Worker.id,
@@ -171,11 +175,9 @@ def job_children(parent_id: int) -> Select[tuple[object, ...]]:
 
 
 def job_executions(job_id: int) -> Select[tuple[object, ...]]:
-    """One job's recorded attempts, in the order they ended."""
+    """One job's recorded attempts, in the order they ended (the ``acta.attempt`` view)."""
     return (
-        select(*EXECUTION_COLUMNS)
-        .where(Execution.job_id == job_id)
-        .order_by(Execution.finished_at, Execution.attempt)
+        select(*EXECUTION_COLUMNS).where(_A.job_id == job_id).order_by(_A.finished_at, _A.attempt)
     )
 
 
@@ -335,9 +337,16 @@ def finished_series(
 def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
     """Each kind's live numbers over the last ``seconds``: jobs succeeded, failed and
     cancelled, the median and 95th percentile of their last attempt's run time (started
-    to finished, from that attempt's history row, found by primary key), and the mean
+    to finished: from the job row when it keeps the attempt that ended it, migration
+    0015, else from that attempt's history row, found by primary key), and the mean
     queue wait. Through the finished index's range."""
-    ran = func.extract("epoch", Execution.finished_at - Execution.started_at)
+    ran = func.extract(
+        "epoch",
+        case(
+            (Job.outcome.is_not(None), Job.finished_at - Job.started_at),
+            else_=Execution.finished_at - Execution.started_at,
+        ),
+    )
     return (
         select(
             Job.kind.label("kind"),
@@ -524,9 +533,9 @@ def delete_history(job_ids: list[int]) -> Delete:
 def last_traceback(job_id: int) -> Select[tuple[str | None]]:
     """The traceback of a job's latest attempt that recorded one."""
     return (
-        select(Execution.traceback)
-        .where(Execution.job_id == job_id, Execution.traceback.is_not(None))
-        .order_by(Execution.finished_at.desc(), Execution.attempt.desc())
+        select(_A.traceback)
+        .where(_A.job_id == job_id, _A.traceback.is_not(None))
+        .order_by(_A.finished_at.desc(), _A.attempt.desc())
         .limit(1)
     )
 

@@ -154,7 +154,7 @@ def prune_finished(schema: str) -> str:
         SELECT count(*) FROM gone"""
 
 
-# ------------------------------------------------------------------ repairs (issue 28)
+# ------------------------------------------------------------ repairs (I11, I16)
 #
 # What older code, or a hand-written DELETE with triggers disabled, can leave behind: a
 # parent counting children that no longer exist, a lane with no head. Since migration

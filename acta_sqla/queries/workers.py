@@ -14,7 +14,7 @@ def register_worker(schema: str) -> str:
     in pg_stat_activity. A namespace whose next recovery pass is due later than this
     worker's own recovery interval ($9) is pulled in to it: a worker with a long heartbeat
     may have taken the last pass alone, and this one's shorter leases must not wait for
-    the long interval (issue 10, item 6)."""
+    the long interval (I1, no lost job)."""
     s = quote(schema)
     return f"""
         WITH ns AS (

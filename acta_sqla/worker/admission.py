@@ -4,8 +4,8 @@ The executor asks before the handler (its ``admit`` hook): ``None`` admits the e
 completion bounces it. A job with no concurrency key and no rate pays nothing: no
 request, no round trip. Keyed jobs are batched like the finalizer batches completions:
 the requests of every executor that asks while one call is in flight go together into
-the next ``admit`` call (queries/admission.py, migration 0006), ONE round trip however
-many executors ask at once.
+the next ``admit`` call (queries/admission.py; the function: queries/schema.sql), ONE
+round trip however many executors ask at once.
 
 A call the database refuses for its data is asked again request by request, so only the
 request it refuses alone fails (under its budget, ``acta.AdmissionRefused``); its

@@ -3,11 +3,11 @@
 Admission (``worker/admission.py``) asks the breaker in its one ``admit`` call and notes
 each job it admitted of a kind with a breaker. When the finalizer's batch lands, the
 outcomes of those jobs (a success; a failure: the handler raised or timed out) go in ONE
-``breaker_record`` call (queries/admission.py, migration 0016), batched like admission's:
-every batch written while a call is in flight goes into the next. A kind without a breaker
-pays one dict lookup per completion and no round trip. A ``Retry``, a bounce, a hand-back,
-a cancel, a wait or a lost lease is not an outcome. A completion the fence refused (the
-lease was lost) counts nothing.
+``breaker_record`` call (queries/admission.py; the function: queries/schema.sql), batched
+like admission's: every batch written while a call is in flight goes into the next. A kind
+without a breaker pays one dict lookup per completion and no round trip. A ``Retry``, a
+bounce, a hand-back, a cancel, a wait or a lost lease is not an outcome. A completion the
+fence refused (the lease was lost) counts nothing.
 
 The count is statistical: if the call fails (the database is away), its outcomes are
 dropped with one warning; the breaker's decisions need no exact count. Each transition the
@@ -28,7 +28,7 @@ from ..values import Completion, Outcome
 
 log = logger.bind(stage="breaker")
 
-FAILURES = frozenset({Outcome.ERROR, Outcome.TIMEOUT})
+FAILURES = frozenset({Outcome.FAILED, Outcome.TIMEOUT})
 """Outcomes a breaker counts as failures (the handler raised, or ran past its timeout)."""
 
 

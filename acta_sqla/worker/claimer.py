@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from loguru import logger
 
@@ -14,6 +14,7 @@ from ..settings import IDLE_JITTER_SECONDS, POLL_FLOOR_SECONDS, Timings
 from ..values import Claim, ClaimedJob
 from .clock import Clock, Timer
 from .inflight import Entry, Permits, Registry
+from .stage import LoopStage
 
 log = logger.bind(stage="claimer")
 
@@ -39,7 +40,7 @@ class ClaimStore(Protocol):
     async def next_due_in(self) -> float | None: ...
 
 
-class Claimer:
+class Claimer(LoopStage):
     """Waits for one permit, then takes every other free one, and claims that many rows in
     one call. After a claim that found work it lets the executors take those rows before
     asking again, so the next claim asks for every permit they freed instead of the one or
@@ -90,7 +91,7 @@ class Claimer:
         """Called after each claim that found work: (rows, seconds the claim took)."""
         self._on_idle = on_idle
         """Called when a claim finds nothing after one that found work."""
-        self._task: asyncio.Task[None] | None = None
+        super().__init__()
         self._timer: Timer | None = None
         self._timer_at = float("inf")
         self._rng = random.Random()
@@ -123,22 +124,20 @@ class Claimer:
         self._timer, self._timer_at = None, float("inf")
         self.wake()
 
-    def start(self, on_ended: Callable[[asyncio.Task[Any]], None] | None = None) -> None:
-        """Run the loop in a task named ``acta-claimer``; ``on_ended`` is called when it ends
-        (the supervisor tells a crash from the plan)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="acta-claimer")
-            if on_ended is not None:
-                self._task.add_done_callback(on_ended)
+    task_name = "acta-claimer"
 
     async def stop(self) -> None:
+        """Claim no more: close the permits, end an idle sleep, let a claim in flight
+        finish. Idempotent."""
+        if not self._begin_stop():
+            return
         self.stopping = True
         self._stop.set()
         self.wake_event.set()
         self.permits.close()
         if self._timer is not None:
             self._timer.cancel()
-        task, self._task = self._task, None
+        task = self._task
         if task is not None:
             # A claim in flight is allowed to finish, so its rows reach the registry (and
             # are handed back by the shutdown) instead of being stranded by a cancel.

@@ -14,17 +14,23 @@ is spent), :func:`retry_at`, :func:`fail_now`, :func:`cancelled`, :func:`interru
 (the alarm: timeout, lease or lock lost, a cancel, an interruption), :func:`refused` (the
 database refused a completion's data) and :func:`lease_expired` (recovery). Rules:
 :func:`budget`, :func:`cancel_wins`, :func:`loss_is_charged` and :func:`isolate_after_loss`.
+
+:func:`conclude` turns what running a handler came to (:class:`Ran`, reported by the
+executor, which decides nothing) into its completion.
 """
 
 from __future__ import annotations
 
+import json
 import traceback as tb
 from typing import Any, NamedTuple
 
+from ..errors import Cancel, Fail, InvalidJob, Retry
 from ..policy import Policy
-from ..settings import MAX_TRACEBACK_CHARS
+from ..settings import MAX_RESULT_BYTES, MAX_TRACEBACK_CHARS
 from ..status import JobStatus
 from ..values import ClaimedJob, Completion, ExpiredDecision, ExpiredLease, Features, Outcome
+from ..waits import WaitForChildren, WaitForSignal
 
 READY, SUCCEEDED, FAILED, CANCELLED, WAITING = (
     JobStatus.READY,
@@ -110,11 +116,17 @@ def _ended(
     error: ErrorFields | None,
     ran: float | None,
     *,
-    delay: float = 0.0,
+    delay: float | None = 0.0,
     refund: bool = False,
+    result_json: str | None = None,
+    record: bool = True,
+    awaited_signal: str | None = None,
+    children: int | None = None,
     features: Features | None = None,
 ) -> Completion:
-    """The one constructor of an executor's completions: the cancel rule is applied here."""
+    """The one constructor of an executor's completions (every shape below): the cancel
+    rule is applied here. (``refused`` rewrites a completion the database refused, and
+    recovery's ``lease_expired`` ends a row no executor holds.)"""
     return Completion(
         job_id=job.id,
         execution_id=job.execution_id,
@@ -123,26 +135,22 @@ def _ended(
         attempt=job.attempts,
         delay=delay,
         refund=refund,
+        result_json=result_json,
         error_type=error.type if error else None,
         error_message=error.message if error else None,
         traceback=error.traceback if error else None,
         ran_seconds=ran,
+        record=record,
         cancel_wins=cancel_wins(status),
+        awaited_signal=awaited_signal,
+        children=children,
         features=features,
     )
 
 
 def succeeded(job: ClaimedJob, result_json: str | None, ran: float) -> Completion:
     """The handler returned: the job ends ``succeeded`` with its JSON result."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.SUCCEEDED,
-        status=SUCCEEDED,
-        attempt=job.attempts,
-        result_json=result_json,
-        ran_seconds=ran,
-    )
+    return _ended(job, Outcome.SUCCEEDED, SUCCEEDED, None, ran, result_json=result_json)
 
 
 def failed(
@@ -150,7 +158,7 @@ def failed(
     policy: Policy,
     error: ErrorFields,
     ran: float | None,
-    outcome: Outcome = Outcome.ERROR,
+    outcome: Outcome = Outcome.FAILED,
     retry_after: float | None = None,
 ) -> Completion:
     """A charged attempt that did not succeed: retried while the budget lasts (after
@@ -175,7 +183,7 @@ def retry_at(
 def fail_now(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Completion:
     """The job ends ``failed`` now, whatever is left of its budget (``raise Fail``, or args
     that no longer fit the handler: a retry cannot mend them)."""
-    return _ended(job, Outcome.FAIL_NOW, FAILED, error, ran)
+    return _ended(job, Outcome.FAIL, FAILED, error, ran)
 
 
 def cancelled(job: ClaimedJob, error: ErrorFields, ran: float | None) -> Completion:
@@ -194,17 +202,8 @@ def wait_for_signal(job: ClaimedJob, name: str, timeout: float | None, ran: floa
     ``timeout`` seconds, None: no timeout), holding no executor, lease or worker; the
     attempt is not charged (it did what it was asked). If the job already received the
     signal, the statement makes it ``ready`` at once instead."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.WAITING,
-        status=WAITING,
-        attempt=job.attempts,
-        delay=timeout,
-        refund=True,
-        ran_seconds=ran,
-        cancel_wins=cancel_wins(WAITING),
-        awaited_signal=name,
+    return _ended(
+        job, Outcome.WAITING, WAITING, None, ran, delay=timeout, refund=True, awaited_signal=name
     )
 
 
@@ -212,16 +211,14 @@ def wait_for_children(job: ClaimedJob, children: list[dict[str, Any]], ran: floa
     """The handler returned ``WaitForChildren``: the same statement inserts ``children``
     (rows as ``waits.child_row`` builds them) and parks the job ``waiting`` until each has
     reached a terminal state; the attempt is not charged."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.WAITING,
-        status=WAITING,
-        attempt=job.attempts,
+    return _ended(
+        job,
+        Outcome.WAITING,
+        WAITING,
+        None,
+        ran,
         delay=None,
         refund=True,
-        ran_seconds=ran,
-        cancel_wins=cancel_wins(WAITING),
         children=len(children),
         features={"children": children},
     )
@@ -230,17 +227,7 @@ def wait_for_children(job: ClaimedJob, children: list[dict[str, Any]], ran: floa
 def handback(job: ClaimedJob, delay: float) -> Completion:
     """An unstarted row goes back ``ready`` after ``delay``, its attempt given back and no
     Execution row written (it was never an attempt)."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.HANDBACK,
-        status=READY,
-        attempt=job.attempts,
-        delay=delay,
-        refund=True,
-        record=False,
-        cancel_wins=cancel_wins(READY),
-    )
+    return _ended(job, Outcome.HANDBACK, READY, None, None, delay=delay, refund=True, record=False)
 
 
 def bounce(job: ClaimedJob, delay: float) -> Completion:
@@ -248,17 +235,7 @@ def bounce(job: ClaimedJob, delay: float) -> Completion:
     says later): back ``ready`` after ``delay``, its attempt given back, no failure and no
     Execution row (I18: a bounce charges nothing). An operator's cancel wins, as for any
     return to ``ready``."""
-    return Completion(
-        job_id=job.id,
-        execution_id=job.execution_id,
-        outcome=Outcome.HANDBACK,
-        status=READY,
-        attempt=job.attempts,
-        delay=delay,
-        refund=True,
-        record=False,
-        cancel_wins=cancel_wins(READY),
-    )
+    return _ended(job, Outcome.HANDBACK, READY, None, None, delay=delay, refund=True, record=False)
 
 
 _STOP_MESSAGES = {
@@ -295,13 +272,87 @@ def refused(completion: Completion, why: str) -> Completion:
     return Completion(
         job_id=completion.job_id,
         execution_id=completion.execution_id,
-        outcome=Outcome.FAIL_NOW,
+        outcome=Outcome.FAIL,
         status=FAILED,
         attempt=completion.attempt,
         error_type="acta.CompletionRefused",
         error_message=f"the completion could not be stored: {why[:500]}",
         ran_seconds=completion.ran_seconds,
     )
+
+
+def encode_result(result: Any) -> str | None:
+    """The JSON stored for a handler's return value; raises ValueError with a clear message."""
+    if result is None:
+        return None
+    try:
+        encoded = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"the handler returned {type(result).__name__}, which is not JSON-serializable "
+            f"({exc}); return dicts, lists, strings, numbers, booleans or None"
+        ) from None
+    if "\\u0000" in encoded:
+        raise ValueError("the handler's result contains a NUL character, which JSONB cannot store")
+    if len(encoded) > MAX_RESULT_BYTES:
+        raise ValueError(
+            f"the handler's result is {len(encoded):,} bytes as JSON; the limit is "
+            f"{MAX_RESULT_BYTES:,}. Store large output elsewhere and return a reference"
+        )
+    return encoded
+
+
+class ResultError(Exception):
+    """A handler's return value could not be stored."""
+
+
+class Ran(NamedTuple):
+    """What one attempt's run came to, as the executor saw it (no decision in it)."""
+
+    result: Any
+    """What the handler returned (when it returned)."""
+    error: BaseException | None
+    """What it raised, or why it could not start (its args no longer load)."""
+    seconds: float | None
+    """How long it ran; None: the handler never started (its args no longer load)."""
+    stopped: Outcome | None = None
+    """Why it was asked to stop (its alarm rang: timeout or lease lost; or it was fired:
+    a cancel, a lost lock, the shutdown); None when it ran to its own end."""
+    stranded: str | None = None
+    """A returned ``WaitForChildren`` would strand a lane (the executor asked the
+    database for the lanes its ancestors hold): why."""
+
+
+def conclude(job: ClaimedJob, policy: Policy, ran: Ran) -> Completion:
+    """The completion of an attempt that ran (or could not start): every decision about
+    what the handler's ending means. Pure."""
+    seconds = ran.seconds
+    if seconds is None:
+        # Args that no longer fit the handler's signature will not fit on a retry.
+        assert ran.error is not None
+        return fail_now(job, error_fields(ran.error), None)
+    if ran.stopped is not None:
+        return stopped(job, policy, ran.stopped, seconds)
+    error = ran.error
+    if error is None:
+        result = ran.result
+        if isinstance(result, WaitForSignal):
+            return wait_for_signal(job, result.name, result.timeout, seconds)
+        if isinstance(result, WaitForChildren):
+            if ran.stranded is None:
+                return wait_for_children(job, result.rows, seconds)
+            return failed(job, policy, error_fields(InvalidJob(ran.stranded)), seconds)
+        try:
+            return succeeded(job, encode_result(result), seconds)
+        except ValueError as exc:
+            return failed(job, policy, error_fields(ResultError(exc)), seconds)
+    if isinstance(error, Retry):
+        return retry_at(job, policy, error_fields(error), seconds, error.after)
+    if isinstance(error, Fail):
+        return fail_now(job, error_fields(error), seconds)
+    if isinstance(error, Cancel):
+        return cancelled(job, error_fields(error), seconds)
+    return failed(job, policy, error_fields(error), seconds)
 
 
 def lease_expired(lost: ExpiredLease, default_budget: int) -> ExpiredDecision:

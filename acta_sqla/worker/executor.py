@@ -25,12 +25,11 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
@@ -38,20 +37,18 @@ from .. import _faults as faults
 from .. import metrics, tracing
 from ..app import Handler
 from ..context import Context
-from ..errors import Cancel, Fail, InvalidJob, Retry
 from ..policy import Policy
-from ..settings import MAX_RESULT_BYTES, ActaSettings, Timings
+from ..settings import ActaSettings, Timings
 from ..values import ClaimedJob, Completion, Outcome
 from ..waits import (
     WaitForChildren,
-    WaitForSignal,
     children_from_json,
     has_lanes,
     held_lane,
 )
 from . import completions
 from .clock import Clock
-from .completions import error_fields
+from .completions import Ran, error_fields
 from .inflight import Entry, EntryState, Permits, Registry
 from .locks import Locker, LockStore
 
@@ -63,31 +60,6 @@ log = logger.bind(stage="executor")
 Admission = Callable[[Entry], Awaitable[Completion | None]]
 """Admission before the handler (concurrency slot, rate meter): None admits the entry, a
 completion bounces it."""
-
-
-def encode_result(result: Any) -> str | None:
-    """The JSON stored for a handler's return value; raises ValueError with a clear message."""
-    if result is None:
-        return None
-    try:
-        encoded = json.dumps(result, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"the handler returned {type(result).__name__}, which is not JSON-serializable "
-            f"({exc}); return dicts, lists, strings, numbers, booleans or None"
-        ) from None
-    if "\\u0000" in encoded:
-        raise ValueError("the handler's result contains a NUL character, which JSONB cannot store")
-    if len(encoded) > MAX_RESULT_BYTES:
-        raise ValueError(
-            f"the handler's result is {len(encoded):,} bytes as JSON; the limit is "
-            f"{MAX_RESULT_BYTES:,}. Store large output elsewhere and return a reference"
-        )
-    return encoded
-
-
-class ResultError(Exception):
-    """A handler's return value could not be stored."""
 
 
 DEFAULT_LEASE_SECONDS = Timings.from_heartbeat(
@@ -116,58 +88,67 @@ class SyncCall:
         return not self.thread.done()
 
 
+class ExecutorStore(LockStore, Protocol):
+    """The database calls an attempt makes beyond its completion (which the finalizer
+    writes): ``ctx.lock``'s named locks, ``ctx.children`` of a run that follows a wait, and
+    the lanes a child's waiting ancestors hold (asked only when a child spawns children
+    with lanes). ``WorkerStore`` is one; a unit test passes none."""
+
+    async def children_of(self, job_id: int) -> str | None: ...
+    async def lanes_held_above(self, job_id: int) -> list[tuple[str, str]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    """What every executor of a worker shares and never changes (the supervisor builds one
+    for all its executors)."""
+
+    handlers: Mapping[str, Handler[Any, Any]]
+    policies: Callable[[str], Policy]
+    """A kind's policy as it stands (the live definitions' reload changes what it answers)."""
+    namespace: str
+    safety_poll: float
+    """The delay of a job handed back for want of a handler."""
+    pool: ThreadPoolExecutor
+    """Where sync handlers run."""
+    lease: float = DEFAULT_LEASE_SECONDS
+    """The worker's lease (from its heartbeat interval): part of the overrun cap."""
+    admit: Admission | None = None
+    """Admission before the handler (None: no keyed kind here, or a unit test)."""
+    worker_id: Callable[[], int | None] = lambda: None
+    chain: Callable[[ClaimedJob, Completion], Completion] | None = None
+    """Adds a schedule's next fire to a fire's completion (None: no schedules here)."""
+    tracer: Tracer | None = None
+    """The attempt spans' tracer; None without an OpenTelemetry SDK (no span work). The
+    worker asks once at start (``tracing.worker_tracer``) for all its executors."""
+    job_metrics: bool = False
+    """Record per-job histograms (duration, queue wait): only with a metrics SDK."""
+
+
 class Executor:
-    """One of N executor loops; they share the claimed channel and the completed channel."""
+    """One of N executor loops; they share the claimed channel and the completed channel.
+
+    Each attempt is run (:meth:`_run`: invoke the handler, report what happened as a
+    ``completions.Ran``), then concluded (``completions.conclude``: the decision), as the
+    finalizer's ``run_once -> write -> _land`` keeps I/O apart from ``completions``."""
 
     def __init__(
         self,
-        handlers: Mapping[str, Handler[Any, Any]],
-        policies: Callable[[str], Policy],
+        config: ExecutorConfig,
         registry: Registry,
         permits: Permits,
         claimed: asyncio.Queue[Entry | None],
         completed: asyncio.Queue[Any],
-        namespace: str,
-        safety_poll: float,
-        pool: ThreadPoolExecutor,
+        store: ExecutorStore | None = None,
         clock: Clock | None = None,
-        admit: Admission | None = None,
-        worker_id: Callable[[], int | None] = lambda: None,
-        lock_store: LockStore | None = None,
-        lease: float = DEFAULT_LEASE_SECONDS,
-        children_of: Callable[[int], Awaitable[str | None]] | None = None,
-        lanes_held_above: Callable[[int], Awaitable[list[tuple[str, str]]]] | None = None,
-        chain: Callable[[ClaimedJob, Completion], Completion] | None = None,
-        tracer: Tracer | None = None,
-        job_metrics: bool = False,
     ) -> None:
-        self.handlers = handlers
-        self.policies = policies
+        self.config = config
         self.registry = registry
         self.permits = permits
         self.claimed = claimed
         self.completed = completed
-        self.namespace = namespace
-        self.safety_poll = safety_poll
-        self.pool = pool
+        self.store = store
         self.clock = clock or Clock()
-        self.admit = admit
-        self.worker_id = worker_id
-        self.lock_store = lock_store
-        self.lease = lease
-        """The worker's lease (from its heartbeat interval): part of the overrun cap."""
-        self.children_of = children_of
-        self.lanes_held_above = lanes_held_above
-        """The lanes a job's waiting ancestors hold (None: no database): asked only when a
-        job that is itself a child spawns children with lanes."""
-        self.chain = chain
-        self.tracer = tracer
-        """The attempt spans' tracer; None without an OpenTelemetry SDK (no span work). The
-        worker asks once at start (``tracing.worker_tracer``) for all its executors."""
-        self.job_metrics = job_metrics
-        """Record per-job histograms (duration, queue wait): only with a metrics SDK."""
-        """Adds a schedule's next fire to a fire's completion (None: no schedules here)."""
-        """Reads ``ctx.children`` for a run that follows a wait (None: no database)."""
         self._warned_kinds: set[str] = set()
 
     async def run(self) -> None:
@@ -193,12 +174,13 @@ class Executor:
             log.bind(event="executor_error", job_id=entry.job.id).exception(
                 "job {}: the executor failed around its handler", entry.job.id
             )
-            policy = self.policies(entry.job.kind)
+            policy = self.config.policies(entry.job.kind)
             completion = completions.failed(entry.job, policy, error_fields(exc), None)
-        if self.job_metrics:
-            metrics.record_job(self.namespace, entry.job, completion)
-        if entry.job.schedule_name is not None and self.chain is not None:
-            completion = self.chain(entry.job, completion)
+        config = self.config
+        if config.job_metrics:
+            metrics.record_job(config.namespace, entry.job, completion)
+        if entry.job.schedule_name is not None and config.chain is not None:
+            completion = config.chain(entry.job, completion)
         entry.state = EntryState.FINALIZING
         try:
             self.completed.put_nowait(completion)
@@ -219,7 +201,8 @@ class Executor:
         """The attempt's completion; None if it was asked to stop while admission decided
         (the handler never starts: :meth:`_skip`)."""
         job = entry.job
-        handler = self.handlers.get(job.kind)
+        config = self.config
+        handler = config.handlers.get(job.kind)
         if handler is None:
             if job.kind not in self._warned_kinds:
                 self._warned_kinds.add(job.kind)
@@ -227,11 +210,11 @@ class Executor:
                     "no handler for kind {!r} in this worker; handing its jobs back "
                     "(due again in {:g}s)",
                     job.kind,
-                    self.safety_poll,
+                    config.safety_poll,
                 )
-            return completions.handback(job, self.safety_poll)
-        if self.admit is not None:
-            bounced = await self.admit(entry)
+            return completions.handback(job, config.safety_poll)
+        if config.admit is not None:
+            bounced = await config.admit(entry)
             if bounced is not None:
                 return bounced
             if entry.stop_reason is not None:
@@ -244,25 +227,33 @@ class Executor:
         return await self._run_handler(entry, handler)
 
     async def _run_handler(self, entry: Entry, handler: Handler[Any, Any]) -> Completion:
-        if self.tracer is None:
+        tracer = self.config.tracer
+        if tracer is None:
             return await self._run_attempt(entry, handler)
-        with tracing.job_span(self.tracer, entry.job, self.namespace) as span:
+        with tracing.job_span(tracer, entry.job, self.config.namespace) as span:
             completion = await self._run_attempt(entry, handler)
             tracing.end_job_span(span, completion)
             return completion
 
     async def _run_attempt(self, entry: Entry, handler: Handler[Any, Any]) -> Completion:
+        policy = self.config.policies(entry.job.kind)
+        return completions.conclude(entry.job, policy, await self._run(entry, handler, policy))
+
+    async def _run(self, entry: Entry, handler: Handler[Any, Any], policy: Policy) -> Ran:
+        """Invoke the handler and report what happened (its result or error, how long it
+        ran, why it was asked to stop): no decision. The attempt's alarm is armed for the
+        call; a cancel of the executor task itself (the loop going down) hands over an
+        interrupted completion and goes through."""
         job = entry.job
-        policy = self.policies(job.kind)
+        config = self.config
         try:
             kwargs = handler.load_args(job.args_json)
         except Exception as exc:
-            # Args that no longer fit the handler's signature will not fit on a retry.
-            return completions.fail_now(job, error_fields(exc), None)
+            return Ran(None, exc, None)
         children: tuple[Any, ...] = ()
-        if job.resumed is not None and self.children_of is not None:
+        if job.resumed is not None and self.store is not None:
             # Only a run that follows a wait reads its children (one indexed read).
-            children = children_from_json(await self.children_of(job.id))
+            children = children_from_json(await self.store.children_of(job.id))
         # A sync handler's stop flag (``ctx.should_stop``): its thread cannot be cancelled.
         stop = None if handler.is_async else threading.Event()
         ctx = Context(
@@ -271,14 +262,14 @@ class Executor:
             args_json=job.args_json,
             attempt=job.attempts,
             execution_id=job.execution_id,
-            namespace=self.namespace,
-            worker_id=self.worker_id(),
+            namespace=config.namespace,
+            worker_id=config.worker_id(),
             resumed=job.resumed,
             scheduled_at=job.scheduled_at,
             children=children,
             signals_json=job.signals_json,
             trace_id=tracing.trace_id(job.trace_context),
-            _locker=Locker(self.lock_store, entry, self.clock) if self.lock_store else None,
+            _locker=Locker(self.store, entry, self.clock) if self.store is not None else None,
             _stop=stop,
         )
         now = self.clock.now()
@@ -302,9 +293,9 @@ class Executor:
             else:
                 assert stop is not None
                 call_fn = functools.partial(handler.fn, ctx, **kwargs)
-                if self.tracer is not None:  # the attempt's span, current in the thread too
+                if config.tracer is not None:  # the attempt's span, current in the thread too
                     call_fn = functools.partial(contextvars.copy_context().run, call_fn)
-                thread = self.pool.submit(call_fn)
+                thread = config.pool.submit(call_fn)
                 call = SyncCall(thread, stop)
                 result = await self._wait_thread(entry, call, policy)
         except asyncio.CancelledError as exc:
@@ -327,35 +318,25 @@ class Executor:
             raise exc
         ran = self.clock.now() - now
         if entry.expired:
-            return self._stopped(entry, policy, ran)
-        if error is None:
-            if isinstance(result, WaitForSignal):
-                return completions.wait_for_signal(job, result.name, result.timeout, ran)
-            if isinstance(result, WaitForChildren):
-                own = [(self.namespace, job.lane_key)] if job.lane_key is not None else []
-                stranded = held_lane(own, result.rows, "its parent")
-                if (
-                    stranded is None
-                    and job.parent_id is not None  # a child spawning children with lanes
-                    and self.lanes_held_above is not None
-                    and has_lanes(result.rows)
-                ):
-                    above = await self.lanes_held_above(job.parent_id)
-                    stranded = held_lane(above, result.rows, "an ancestor of its parent")
-                if stranded is None:
-                    return completions.wait_for_children(job, result.rows, ran)
-                return completions.failed(job, policy, error_fields(InvalidJob(stranded)), ran)
-            try:
-                return completions.succeeded(job, encode_result(result), ran)
-            except ValueError as exc:
-                return completions.failed(job, policy, error_fields(ResultError(exc)), ran)
-        if isinstance(error, Retry):
-            return completions.retry_at(job, policy, error_fields(error), ran, error.after)
-        if isinstance(error, Fail):
-            return completions.fail_now(job, error_fields(error), ran)
-        if isinstance(error, Cancel):
-            return completions.cancelled(job, error_fields(error), ran)
-        return completions.failed(job, policy, error_fields(error), ran)
+            return Ran(result, error, ran, stopped=self._reason(entry))
+        if error is None and isinstance(result, WaitForChildren):
+            return Ran(result, None, ran, stranded=await self._stranded(job, result))
+        return Ran(result, error, ran)
+
+    async def _stranded(self, job: ClaimedJob, wait: WaitForChildren) -> str | None:
+        """Why the children ``wait`` spawns would strand a lane (queued behind the parent,
+        or behind an ancestor that waits for it); None when they would not."""
+        own = [(self.config.namespace, job.lane_key)] if job.lane_key is not None else []
+        stranded = held_lane(own, wait.rows, "its parent")
+        if (
+            stranded is None
+            and job.parent_id is not None  # a child spawning children with lanes
+            and self.store is not None
+            and has_lanes(wait.rows)
+        ):
+            above = await self.store.lanes_held_above(job.parent_id)
+            stranded = held_lane(above, wait.rows, "an ancestor of its parent")
+        return stranded
 
     async def _wait_thread(self, entry: Entry, call: SyncCall, policy: Policy) -> Any:
         """The sync handler's result, once its thread returns.
@@ -363,7 +344,7 @@ class Executor:
         Asked to stop (the alarm rang or the attempt was fired: this task is cancelled with
         ``entry.expired`` set) while the thread runs, the attempt is held until the thread
         returns (see the module's docstring); then the stop's ``CancelledError`` is raised
-        again, so the attempt ends as :meth:`_stopped` says. Cancelled while waiting (the
+        again, so the attempt ends as its stop's reason says. Cancelled while waiting (the
         loop is going down), the cancel goes through at once."""
         loop = asyncio.get_running_loop()
         try:
@@ -383,7 +364,7 @@ class Executor:
         # wins over the retry when the completion is written).
         entry.stop_reason = self._reason(entry)
         asked = self.clock.now()
-        cap = overrun_cap(policy, self.lease)
+        cap = overrun_cap(policy, self.config.lease)
         entry.overrun_until = asked + cap
         job = entry.job
         log.bind(event="sync_overrun", job_id=job.id, kind=job.kind).warning(
@@ -454,10 +435,6 @@ class Executor:
         entry.state = EntryState.FINALIZING
         self.permits.release(1)
 
-    def _stopped(self, entry: Entry, policy: Policy, ran: float) -> Completion:
-        """The attempt's alarm rang (or it was fired): say why, as its completion."""
-        return completions.stopped(entry.job, policy, self._reason(entry), ran)
-
     @staticmethod
     def _reason(entry: Entry) -> Outcome:
         """Why the attempt was asked to stop: fired for a reason, or its alarm rang."""
@@ -481,7 +458,7 @@ def _why(reason: Outcome, policy: Policy) -> str:
 
 
 class Executors:
-    """The N executor loops as one stage, with the claimer's and heartbeat's lifecycle:
+    """The N executor loops as one stage, with every stage's lifecycle (``worker/stage.py``):
     ``start()`` creates one task per executor, ``stop()`` (idempotent) ends them, and a
     test drives one entry through one executor with ``Executor.run_once``."""
 

@@ -25,6 +25,7 @@ from ..values import Completion
 from . import completions
 from .clock import Clock
 from .inflight import EntryState, Registry
+from .stage import LoopStage
 
 log = logger.bind(stage="finalizer")
 
@@ -55,7 +56,7 @@ def repeat_delay(tries: int, rng: random.Random) -> float:
     return base * rng.uniform(1 - WRITE_REPEAT_JITTER, 1 + WRITE_REPEAT_JITTER)
 
 
-class Finalizer:
+class Finalizer(LoopStage):
     """Reads one completion, then everything already waiting, up to 128 completions or
     4 MiB of results; if that first read found a backlog, it waits up to 50 ms more to fill
     the batch (ended early when the claimer finds nothing due: no completion can come
@@ -87,25 +88,13 @@ class Finalizer:
         self._carry: Completion | None = None
         self._stop_seen = False
         self._flushed = False
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
+        super().__init__()
         self._pause: asyncio.Future[None] | None = None
         """The pause before a failed write's repeat (cancelled by :meth:`give_up`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """The running loop's task (None before ``start``)."""
-        return self._task
-
-    def start(self, on_ended: Callable[[asyncio.Task[Any]], None] | None = None) -> None:
-        """Run :meth:`run` as the task ``acta-finalizer``; ``on_ended`` is called when it
-        ends (the supervisor tells a crash from the plan)."""
-        if self._task is None and not self._stopped:
-            self._task = asyncio.create_task(self.run(), name="acta-finalizer")
-            if on_ended is not None:
-                self._task.add_done_callback(on_ended)
+    task_name = "acta-finalizer"
 
     def give_up(self) -> None:
         """The second signal: stop repeating writes that fail. A write that lands still
@@ -121,9 +110,8 @@ class Finalizer:
         is cancelled and those rows come back through recovery. The time counts from the
         call, so a full channel (writes failing while the executors kept finishing) cannot
         hold the stop behind its own STOP. Idempotent."""
-        if self._stopped:
+        if not self._begin_stop():
             return
-        self._stopped = True
         task = self._task
         if task is None:
             return

@@ -12,6 +12,7 @@ from ..settings import Timings
 from ..values import HeartbeatReport, Outcome
 from .clock import Clock
 from .inflight import EntryState, Registry
+from .stage import LoopStage
 
 log = logger.bind(stage="heartbeat")
 
@@ -22,7 +23,7 @@ class HeartbeatStore(Protocol):
     ) -> HeartbeatReport: ...
 
 
-class Heartbeat:
+class Heartbeat(LoopStage):
     """Every beat: snapshot the registry and make one call with the held pairs. A renewed
     row re-arms its entry's deadline (from the start of this renewal); a row locked by
     another transaction keeps its deadline for the next beat; a row not answered cancels a
@@ -78,19 +79,16 @@ class Heartbeat:
         self.last_confirmed: float | None = None
         """Loop time the last confirmed renewal (this heartbeat's or the lifeline's) started."""
         self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__()
 
-    def start(self, on_ended: Callable[[asyncio.Task[Any]], None] | None = None) -> None:
-        """Run the loop in a task named ``acta-heartbeat``; ``on_ended`` is called when it ends
-        (the supervisor tells a crash from the plan)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="acta-heartbeat")
-            if on_ended is not None:
-                self._task.add_done_callback(on_ended)
+    task_name = "acta-heartbeat"
 
     async def stop(self) -> None:
+        """End the loop (cancelled where it waits or beats). Idempotent."""
+        if not self._begin_stop():
+            return
         self._stop.set()
-        task, self._task = self._task, None
+        task = self._task
         if task is not None:
             task.cancel()
             try:

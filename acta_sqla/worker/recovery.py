@@ -5,7 +5,7 @@ and lease in its WHERE clause, so a worker that dies mid-pass holds nothing back
 pass (one lease later, on any worker) simply finds what is left. Expired rows are ended by
 the completions ``completions.lease_expired`` decides, applied through the fenced finish
 of complete_executions (so the same terminal effects follow); the jobs it decides to
-isolate become suspects, which the claim runs alone (issue 10, item 2).
+isolate become suspects, which the claim runs alone (I5, attempt accounting).
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ def decide_expired(lost: ExpiredLease) -> ExpiredDecision:
 
 
 async def repair_waits(store: RecoveryStore, result: RecoveryResult) -> None:
-    """What no job of the namespace could ever leave by itself (issue 28): a parent
-    counting children that no longer exist (recounted; resumed if none is left), a lane
-    with no head (its oldest queued job promoted), both left by older code or a DELETE with
-    triggers disabled; and a cycle of waits across lanes (one parent failed with
+    """What no job of the namespace could ever leave by itself (I11, I16: no stranded wait
+    or lane): a parent counting children that no longer exist (recounted; resumed if none
+    is left), a lane with no head (its oldest queued job promoted), both left by older code
+    or a DELETE with triggers disabled; and a cycle of waits across lanes (one parent failed with
     ``DeadlockDetected``). Each is named in the log: it was a bug or an accident."""
     for parent, pending, status in await store.recount_stranded_parents(RECOVERY_CHUNK):
         result.recounted += 1

@@ -41,7 +41,7 @@ from acta_sqla.migrate import target_schema
 from alembic import op
 
 revision: str = "0016"
-down_revision: str | Sequence[str] | None = "0014"
+down_revision: str | Sequence[str] | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -67,7 +67,8 @@ def holds(s: str) -> str:
     return f"""(EXISTS (SELECT 1 FROM {s}.job AS h
                              WHERE h.id = p.jid AND h.execution_id = p.xid
                                AND h.status = 'executing' AND h.lease_expires_at > t)
-                     OR EXISTS (SELECT 1 FROM {s}.execution AS x
+                     -- acta.attempt (0015): the attempt that ended the job is on its row.
+                     OR EXISTS (SELECT 1 FROM {s}.attempt AS x
                                 WHERE x.job_id = p.jid AND x.id = p.xid
                                   AND x.outcome IN ('succeeded', 'failed', 'timeout')
                                   AND x.finished_at > t - interval '{PROBE_GRACE}'))"""

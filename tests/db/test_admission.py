@@ -87,7 +87,7 @@ async def test_a_bounce_is_uncharged_due_again_later_and_frees_nothing_it_did_no
     )
     assert row["status"] == "ready" and row["attempts"] == 0 and row["last_error"] is None
     assert 1.5 < row["due_in"] <= 2.0
-    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
+    assert await conn.fetchval("SELECT count(*) FROM acta.attempt") == 0
     assert await slots(conn) == {("c", holder.id)}  # the holder keeps its slot
 
 

@@ -143,7 +143,7 @@ async def test_while_open_jobs_bounce_uncharged_taking_no_slot_and_no_meter(
     )
     assert row["status"] == "ready" and row["attempts"] == 0 and row["last_error"] is None
     assert 28 < row["due_in"] <= 30  # due when the breaker half-opens
-    assert await conn.fetchval("SELECT count(*) FROM acta.execution WHERE job_id = $1", job.id) == 0
+    assert await conn.fetchval("SELECT count(*) FROM acta.attempt WHERE job_id = $1", job.id) == 0
 
 
 async def test_a_kind_without_a_breaker_in_the_same_batch_is_not_held(
@@ -304,9 +304,10 @@ async def test_a_probe_that_ended_holds_its_place_until_its_outcome_is_counted(
     assert await a.complete_executions([completions.succeeded(probe, None, 0.01)]) == {probe.id}
     [other] = await claim(conn, b)
     assert (await b.admit([ask(other, POLICY)]))[0][1] == "breaker"
-    # The count never comes: after the grace, the next job probes.
+    # The count never comes: after the grace, the next job probes. (The attempt that ended
+    # the job is kept on its row since migration 0015: its finish is the row's.)
     await conn.execute(
-        "UPDATE acta.execution SET finished_at = now() - interval '11 s' WHERE id = $1",
+        "UPDATE acta.job SET finished_at = now() - interval '11 s' WHERE execution_id = $1",
         probe.execution_id,
     )
     [again] = await claim(conn, b)

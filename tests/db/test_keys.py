@@ -27,6 +27,7 @@ from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
 from acta_sqla.worker.admission import request
+from acta_sqla.worker.fires import ensure_fires
 
 NS = "n" * 58
 """The longest namespace ("acta." + 58 bytes: the longest NOTIFY channel)."""
@@ -243,5 +244,5 @@ async def test_the_longest_schedule_name_is_stored_and_fired(
     with pytest.raises(ConfigurationError, match="bytes long in UTF-8"):
         app.schedule(one_more(name), "* * * * *", ticking)
     assert await store.store_schedules([schedule]) == []
-    assert [fired for fired, _ in await store.ensure_fires({name: schedule})] == [name]
+    assert [fired for fired, _ in await ensure_fires(store, {name: schedule})] == [name]
     assert await conn.fetchval("SELECT schedule_name FROM acta.job") == name

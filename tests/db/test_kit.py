@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from sqlalchemy import select, text
@@ -14,11 +15,11 @@ from acta_sqla import (
     Acta,
     ConfigurationError,
     Context,
-    Execution,
     Job,
     WaitForSignal,
 )
 from acta_sqla import _faults as seam
+from acta_sqla.models import attempt_history
 from acta_sqla.testing import (
     assert_enqueued,
     assert_enqueued_sync,
@@ -71,9 +72,12 @@ async def _zero(count: object) -> bool:
     return await count == 0  # type: ignore[misc]
 
 
-async def history(session: AsyncSession, job_id: int) -> list[Execution]:
-    rows = await session.scalars(
-        select(Execution).where(Execution.job_id == job_id).order_by(Execution.id)
+async def history(session: AsyncSession, job_id: int) -> list[Any]:
+    """Every attempt of the job, through the ``acta.attempt`` view (migration 0015)."""
+    rows = await session.execute(
+        select(attempt_history)
+        .where(attempt_history.c.job_id == job_id)
+        .order_by(attempt_history.c.id)
     )
     return list(rows.all())
 

@@ -309,3 +309,28 @@ async def test_a_grandchild_in_another_lane_runs_and_the_tree_resumes(
         ("settle_middle", "succeeded"),
         ("settle_tree", "succeeded"),
     ]
+
+
+async def test_jobs_of_one_lane_retried_together_leave_exactly_one_head(
+    conn: asyncpg.Connection,
+) -> None:
+    """The retry's lane trigger runs AFTER the statement's rows are updated (migration
+    0015), so jobs retried by one statement see each other: one heads the lane, the
+    others queue behind it, and none is stranded."""
+    lane = await enqueue(conn, "L", 3)
+    await conn.execute(
+        "UPDATE acta.job SET status = 'failed', finished_at = now() WHERE id = ANY($1)", lane
+    )
+    await conn.execute("UPDATE acta.job SET status = 'ready' WHERE id = ANY($1)", lane)
+    assert sorted(await statuses(conn, lane)) == ["ready", "waiting", "waiting"]
+
+
+async def test_the_job_table_has_no_before_update_row_trigger(conn: asyncpg.Connection) -> None:
+    """A BEFORE UPDATE row trigger makes PostgreSQL lock every row an UPDATE changes, and
+    log the lock, before it tests the trigger's WHEN clause: one more WAL record per row
+    of every completion (docs/performance.md, eighth pass)."""
+    before_update_row = await conn.fetch(
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'acta.job'::regclass "
+        "AND NOT tgisinternal AND tgtype & 1 = 1 AND tgtype & 2 = 2 AND tgtype & 16 = 16"
+    )
+    assert before_update_row == []

@@ -232,7 +232,7 @@ async def test_a_completion_fenced_out_after_recovery_took_its_row_counts_as_lea
     # The row came back ready and the same drain ran it again, to success: the stale
     # attempt's write changed nothing.
     outcomes = await conn.fetch(
-        "SELECT outcome FROM acta.execution WHERE job_id = $1 ORDER BY id", job.id
+        "SELECT outcome FROM acta.attempt WHERE job_id = $1 ORDER BY id", job.id
     )
     assert [r["outcome"] for r in outcomes] == ["lost", "succeeded"]
     row = await conn.fetchrow("SELECT status, attempts FROM acta.job WHERE id = $1", job.id)

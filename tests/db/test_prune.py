@@ -111,7 +111,7 @@ async def test_each_kind_is_pruned_past_its_own_retention(
     assert await prune_all(store) == len(due)
 
     assert await remaining(conn, due + kept) == set(kept)
-    history = await conn.fetch("SELECT job_id FROM acta.execution")
+    history = await conn.fetch("SELECT job_id FROM acta.attempt")
     assert {r["job_id"] for r in history} == set(kept)  # the pruned jobs' executions went too
 
 

@@ -13,6 +13,7 @@ from acta_sqla import Acta, Context, schedules
 from acta_sqla.errors import ActaError
 from acta_sqla.schedules import NoTick, Schedule
 from acta_sqla.store import WorkerStore
+from acta_sqla.worker.fires import ensure_fires
 from tests.db.test_doctor import run_doctor
 
 APP = Acta()
@@ -46,18 +47,18 @@ async def test_a_schedule_that_never_matches_stops_only_itself(
 
     # Declared by this code (as older code would): computing its tick raised inside the
     # one loop over every schedule, so `minutely` got no fire either, on every pass.
-    fired = await store.ensure_fires({"minutely": MINUTELY, "feb30": FEB30}, stuck.append)
+    fired = await ensure_fires(store, {"minutely": MINUTELY, "feb30": FEB30}, stuck.append)
 
     assert [name for name, _ in fired] == ["minutely"]
     assert [(e.name, e.cron) for e in stuck] == [("feb30", "0 0 30 2 *")]
     assert "never matches" in str(stuck[0])
     # The next pass names it again, once; `minutely` has its pending fire.
     stuck.clear()
-    assert await store.ensure_fires({"minutely": MINUTELY, "feb30": FEB30}, stuck.append) == []
+    assert await ensure_fires(store, {"minutely": MINUTELY, "feb30": FEB30}, stuck.append) == []
     assert [e.name for e in stuck] == ["feb30"]
     # Not declared by this code (stored by another version): still named, never enqueued.
     stuck.clear()
-    assert await store.ensure_fires({"minutely": MINUTELY}, stuck.append) == []
+    assert await ensure_fires(store, {"minutely": MINUTELY}, stuck.append) == []
     assert [e.name for e in stuck] == ["feb30"]
     count = "SELECT count(*) FROM acta.job WHERE schedule_name = $1"
     assert (await conn.fetchval(count, "minutely"), await conn.fetchval(count, "feb30")) == (1, 0)

@@ -22,6 +22,7 @@ from acta_sqla.database import asyncpg_dsn
 from acta_sqla.queries import complete
 from acta_sqla.store import WorkerStore
 from acta_sqla.worker import completions
+from acta_sqla.worker.fires import ensure_fires
 from tests.db.conftest import new_store
 from tests.db.test_schedules import MINUTELY, SCHEDULES, chained, claim_fire
 from tests.waiting import until
@@ -63,7 +64,7 @@ def start(work: Awaitable[Any]) -> asyncio.Task[Any]:
 
 async def running_fire(conn: asyncpg.Connection, store: WorkerStore) -> completions.Completion:
     await store.store_schedules([MINUTELY])
-    await store.ensure_fires(SCHEDULES)
+    await ensure_fires(store, SCHEDULES)
     fire = await claim_fire(conn, store)
     return chained(fire, completions.succeeded(fire, None, 0.1))
 
@@ -120,7 +121,7 @@ async def test_a_recovery_pass_waits_for_a_pause_and_enqueues_no_fire(
     held = other.transaction()
     await held.start()
     assert await schedules.pause(other, "acta", "default", "minutely") is True
-    ensuring = start(store.ensure_fires(SCHEDULES))
+    ensuring = start(ensure_fires(store, SCHEDULES))
     assert await waits_or_ends(conn, ensuring), "the pass did not wait for the pause"
     await held.commit()
     assert await ensuring == []

@@ -16,6 +16,7 @@ from acta_sqla.schedules import Schedule, successor_feature
 from acta_sqla.store import WorkerStore
 from acta_sqla.values import ClaimedJob
 from acta_sqla.worker import completions
+from acta_sqla.worker.fires import ensure_fires
 from tests.db.conftest import new_store
 
 APP = Acta()
@@ -56,21 +57,21 @@ async def test_start_up_stores_the_schedule_and_enqueues_its_next_tick(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
     assert await store.store_schedules([MINUTELY]) == []
-    [(name, at)] = await store.ensure_fires(SCHEDULES)
+    [(name, at)] = await ensure_fires(store, SCHEDULES)
     assert name == "minutely" and at.second == 0 and at > datetime.now(UTC)
     row = await conn.fetchrow(
         "SELECT kind, args::text, run_at = scheduled_at AS due_at_tick FROM acta.job"
     )
     assert (row["kind"], row["args"], row["due_at_tick"]) == ("tick", '{"label": "m"}', True)
     # A second ensure finds the pending fire: nothing more.
-    assert await store.ensure_fires(SCHEDULES) == []
+    assert await ensure_fires(store, SCHEDULES) == []
 
 
 async def test_a_fire_and_its_successor_commit_in_one_batch_once(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
     await store.store_schedules([MINUTELY])
-    await store.ensure_fires(SCHEDULES)
+    await ensure_fires(store, SCHEDULES)
     fire = await claim_fire(conn, store)
     assert fire.schedule_name == "minutely" and fire.scheduled_at is not None
     await conn.execute("INSERT INTO acta.job (kind) VALUES ('other')")
@@ -101,7 +102,7 @@ async def test_a_failed_fire_still_schedules_the_next_tick(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
     await store.store_schedules([MINUTELY])
-    await store.ensure_fires(SCHEDULES)
+    await ensure_fires(store, SCHEDULES)
     fire = await claim_fire(conn, store)
     err = completions.ErrorFields("E", "m", "")
     await store.complete_executions([chained(fire, completions.fail_now(fire, err, 0.1))])
@@ -112,15 +113,15 @@ async def test_a_paused_or_dropped_schedule_gets_no_successor(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
     await store.store_schedules([MINUTELY])
-    await store.ensure_fires(SCHEDULES)
+    await ensure_fires(store, SCHEDULES)
     fire = await claim_fire(conn, store)
     await conn.execute("UPDATE acta.schedule SET enabled = false")
     await store.complete_executions([chained(fire, completions.succeeded(fire, None, 0.1))])
     assert [s for _, _, s in await fires(conn)] == ["succeeded"]
-    assert await store.ensure_fires(SCHEDULES) == []  # paused: nothing
+    assert await ensure_fires(store, SCHEDULES) == []  # paused: nothing
     # Code that no longer declares it drops it, cancelling a pending fire.
     await conn.execute("UPDATE acta.schedule SET enabled = true")
-    await store.ensure_fires(SCHEDULES)
+    await ensure_fires(store, SCHEDULES)
     assert await store.store_schedules([]) == ["minutely"]
     assert [s for _, _, s in await fires(conn)] == ["succeeded", "cancelled"]
 
@@ -132,7 +133,7 @@ async def test_two_workers_starting_at_once_enqueue_one_fire(
     try:
         await asyncio.gather(*(s.store_schedules([MINUTELY]) for s in stores))
         for _ in range(5):
-            await asyncio.gather(*(s.ensure_fires(SCHEDULES) for s in stores))
+            await asyncio.gather(*(ensure_fires(s, SCHEDULES) for s in stores))
         assert len(await fires(conn)) == 1
         assert await conn.fetchval("SELECT count(*) FROM acta.schedule") == 1
     finally:
@@ -173,7 +174,7 @@ async def test_every_fire_takes_the_kinds_priority_and_keys(
     try:
         await store.store_schedules([KEYED_SCHEDULE])
         # The worker's start-up (and every recovery pass): the first fire.
-        await store.ensure_fires({"reports": KEYED_SCHEDULE})
+        await ensure_fires(store, {"reports": KEYED_SCHEDULE})
         rows = await conn.fetch(f"SELECT {FIRE_FIELDS} FROM acta.job")
         assert [tuple(r) for r in rows] == [AS_HANDLER_JOB]
         # The fire's completion: its successor.
@@ -228,10 +229,10 @@ async def test_a_skewed_host_clock_neither_skips_nor_delays_a_tick(
     # last fire was missed (`latest` would fire a tick an hour away); by the database, none.
     store.wall = lambda: time.time() + 3600
     await store.store_schedules([MINUTELY])
-    [(_, first)] = await store.ensure_fires(SCHEDULES)
+    [(_, first)] = await ensure_fires(store, SCHEDULES)
     db_now = await conn.fetchval("SELECT now()")
     assert timedelta(0) < first - db_now <= timedelta(minutes=1)
-    # The clock a fire's completion computes its successor against (Worker._chain).
+    # The clock a fire's completion computes its successor against (Fires.chain).
     assert abs(store.db_now() - await conn.fetchval("SELECT now()")) < timedelta(seconds=1)
     assert MINUTELY.successor(first, store.db_now()) == first + timedelta(minutes=1)
 
@@ -246,7 +247,7 @@ async def test_pausing_or_dropping_a_schedule_cancels_a_fire_queued_in_its_lane(
         await conn.execute(
             "INSERT INTO acta.job (namespace, kind, lane_key) VALUES ('keyed', 'head', 'lane:eu')"
         )
-        await store.ensure_fires({"reports": KEYED_SCHEDULE})
+        await ensure_fires(store, {"reports": KEYED_SCHEDULE})
         fire = "SELECT status FROM acta.job WHERE schedule_name = 'reports'"
         assert await conn.fetchval(fire) == "waiting"
         await schedules.pause(conn, "acta", "keyed", "reports")
@@ -260,7 +261,7 @@ async def test_pausing_or_dropping_a_schedule_cancels_a_fire_queued_in_its_lane(
         await conn.execute(
             "INSERT INTO acta.job (namespace, kind, lane_key) VALUES ('keyed', 'head', 'lane:eu')"
         )
-        await store.ensure_fires({"reports": KEYED_SCHEDULE})
+        await ensure_fires(store, {"reports": KEYED_SCHEDULE})
         assert await conn.fetchval(fire) == "waiting"
         assert await store.store_schedules([]) == ["reports"]
         assert await conn.fetchval(fire) == "cancelled"
@@ -276,7 +277,7 @@ async def test_resuming_a_paused_schedule_brings_back_the_fire_the_pause_cancell
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
     await store.store_schedules([YEARLY])
-    [(_, coming)] = await store.ensure_fires({"yearly": YEARLY})
+    [(_, coming)] = await ensure_fires(store, {"yearly": YEARLY})
     # Resuming a schedule that is not paused keeps its pending fire and says which it is.
     assert await schedules.resume(conn, "acta", "default", "yearly") == coming
     await schedules.pause(conn, "acta", "default", "yearly")
@@ -286,7 +287,7 @@ async def test_resuming_a_paused_schedule_brings_back_the_fire_the_pause_cancell
     assert await schedules.resume(conn, "acta", "default", "yearly") == coming
     assert await fires(conn) == [("yearly", coming, "ready")]
     assert await conn.fetchval("SELECT run_at FROM acta.job") == coming
-    assert await store.ensure_fires({"yearly": YEARLY}) == []  # one chain
+    assert await ensure_fires(store, {"yearly": YEARLY}) == []  # one chain
 
 
 async def test_a_schedule_dropped_and_declared_again_fires_the_tick_its_drop_cancelled(
@@ -297,15 +298,15 @@ async def test_a_schedule_dropped_and_declared_again_fires_the_tick_its_drop_can
     (the cancelled fire made ready again). It was skipped for good: the cancelled fire
     counted as the latest tick and the next one was a year later."""
     await store.store_schedules([YEARLY])
-    [(_, coming)] = await store.ensure_fires({"yearly": YEARLY})
+    [(_, coming)] = await ensure_fires(store, {"yearly": YEARLY})
     assert await store.store_schedules([]) == ["yearly"]
     assert [s for _, _, s in await fires(conn)] == ["cancelled"]
 
     await store.store_schedules([YEARLY])
-    assert await store.ensure_fires({"yearly": YEARLY}) == [("yearly", coming)]
+    assert await ensure_fires(store, {"yearly": YEARLY}) == [("yearly", coming)]
 
     assert await fires(conn) == [("yearly", coming, "ready")]
-    assert await store.ensure_fires({"yearly": YEARLY}) == []  # one chain
+    assert await ensure_fires(store, {"yearly": YEARLY}) == []  # one chain
 
 
 def _redeclared(cron: str) -> Schedule:
@@ -324,7 +325,7 @@ async def _paused_then_every_minute(
     """YEARLY stored with its fire of next January, paused (that fire cancelled), then
     declared again every minute: the January tick and the new declaration."""
     await store.store_schedules([YEARLY])
-    [(_, january)] = await store.ensure_fires({"yearly": YEARLY})
+    [(_, january)] = await ensure_fires(store, {"yearly": YEARLY})
     await schedules.pause(conn, "acta", "default", "yearly")
     every_minute = _redeclared("* * * * *")
     await store.store_schedules([every_minute])
@@ -343,7 +344,7 @@ async def test_resume_after_the_cron_changed_while_paused_enqueues_the_new_cron_
 
     assert named is not None and named < january and named.second == 0
     assert await fires(conn) == [("yearly", named, "ready"), ("yearly", january, "cancelled")]
-    assert await store.ensure_fires({"yearly": every_minute}) == []  # one chain
+    assert await ensure_fires(store, {"yearly": every_minute}) == []  # one chain
 
 
 async def test_a_worker_starting_after_the_cron_changed_while_paused_and_resumed(
@@ -354,7 +355,7 @@ async def test_a_worker_starting_after_the_cron_changed_while_paused_and_resumed
     january, every_minute = await _paused_then_every_minute(conn, store)
     await conn.execute("UPDATE acta.schedule SET enabled = true")  # resumed by hand
 
-    [(_, coming)] = await store.ensure_fires({"yearly": every_minute})
+    [(_, coming)] = await ensure_fires(store, {"yearly": every_minute})
 
     assert coming < january and coming > datetime.now(UTC)
     assert [s for _, _, s in await fires(conn)] == ["ready", "cancelled"]
@@ -390,7 +391,7 @@ async def test_a_fire_s_successor_at_a_cancelled_fire_s_tick_makes_that_fire_rea
     the fire before it was pending): the completion makes it ready again, as the schedule
     declares it now (the tick's unique key made the insert a no-op: the chain ended)."""
     await store.store_schedules([MINUTELY])
-    [(_, first)] = await store.ensure_fires(SCHEDULES)
+    [(_, first)] = await ensure_fires(store, SCHEDULES)
     second = first + timedelta(minutes=1)
     await conn.execute(
         "INSERT INTO acta.job (namespace, kind, args, schedule_name, scheduled_at, run_at,"

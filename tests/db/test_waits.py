@@ -89,7 +89,7 @@ async def test_one_batch_parks_a_signal_wait_spawns_children_and_ends_a_plain_jo
     ]
     assert (await row(conn, plain.id))["status"] == "succeeded"
     # Each attempt is recorded, the waits as "waiting".
-    outcomes = await conn.fetch("SELECT job_id, outcome FROM acta.execution ORDER BY job_id")
+    outcomes = await conn.fetch("SELECT job_id, outcome FROM acta.attempt ORDER BY job_id")
     assert {r["job_id"]: r["outcome"] for r in outcomes} == {
         waiter.id: "waiting",
         parent.id: "waiting",

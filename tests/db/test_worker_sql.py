@@ -128,7 +128,7 @@ async def test_one_complete_executions_call_writes_every_shape(
         completion(ok, Outcome.SUCCEEDED, "succeeded", result_json='{"a": 1}', ran_seconds=0.5),
         completion(
             retry,
-            Outcome.ERROR,
+            Outcome.FAILED,
             "ready",
             delay=30.0,
             error_type="E",
@@ -136,7 +136,7 @@ async def test_one_complete_executions_call_writes_every_shape(
             traceback="tb",
             ran_seconds=0.1,
         ),
-        completion(dead, Outcome.ERROR, "failed", error_type="E", error_message="spent"),
+        completion(dead, Outcome.FAILED, "failed", error_type="E", error_message="spent"),
         completion(cancel, Outcome.CANCELLED, "cancelled", error_type="C", error_message="x"),
         handback(back, 1.0),
     ]
@@ -156,7 +156,7 @@ async def test_one_complete_executions_call_writes_every_shape(
     assert (await row(conn, cancel.id))["status"] == "cancelled"
     r = await row(conn, back.id)
     assert (r["status"], r["attempts"]) == ("ready", 0)  # handed back uncharged
-    history = {r["job_id"]: r for r in await conn.fetch("SELECT * FROM acta.execution ORDER BY id")}
+    history = {r["job_id"]: r for r in await conn.fetch("SELECT * FROM acta.attempt ORDER BY id")}
     assert set(history) == {ok.id, retry.id, dead.id, cancel.id}  # no row for the hand-back
     assert history[ok.id]["outcome"] == "succeeded" and history[ok.id]["attempt"] == 1
     assert history[ok.id]["id"] == ok.execution_id
@@ -239,7 +239,7 @@ async def test_the_history_part_writes_one_row_per_real_attempt_dated_by_its_run
     rows = {
         r["job_id"]: r
         for r in await conn.fetch(
-            "SELECT *, extract(epoch FROM finished_at - started_at) AS took FROM acta.execution"
+            "SELECT *, extract(epoch FROM finished_at - started_at) AS took FROM acta.attempt"
         )
     }
     assert set(rows) == {ran.id, unrun.id}
@@ -297,18 +297,18 @@ async def test_completion_text_round_trips_and_a_poison_string_is_isolated(
         completion(ok, Outcome.SUCCEEDED, "succeeded", result_json=result, ran_seconds=0.1),
         completion(
             failing,
-            Outcome.ERROR,
+            Outcome.FAILED,
             "failed",
             error_type="pkg.E",
             error_message=message,
             traceback=message,
         ),
-        completion(poison, Outcome.ERROR, "failed", error_type="E", error_message="a\ud800b"),
+        completion(poison, Outcome.FAILED, "failed", error_type="E", error_message="a\ud800b"),
     ]
     with pytest.raises(StatementRefused) as refused:
         await store.complete_executions([batch[2]])
     assert refused.value.sqlstate.startswith("22") and refused.value.data_unwritable
-    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
+    assert await conn.fetchval("SELECT count(*) FROM acta.attempt") == 0
 
     finalizer = Finalizer(store, Registry(), asyncio.Queue())
     assert await finalizer.write(batch) == set(ids)
@@ -316,7 +316,7 @@ async def test_completion_text_round_trips_and_a_poison_string_is_isolated(
     assert json.loads(r["result"]) == {"text": message, "n": 1.5}
     r = await row(conn, failing.id)
     assert json.loads(r["last_error"]) == {"type": "pkg.E", "message": message}
-    tb = await conn.fetchval("SELECT traceback FROM acta.execution WHERE job_id = $1", failing.id)
+    tb = await conn.fetchval("SELECT traceback FROM acta.attempt WHERE job_id = $1", failing.id)
     assert tb == message
     r = await row(conn, poison.id)
     assert r["status"] == "failed"
@@ -331,11 +331,11 @@ async def test_a_repeated_completion_changes_nothing(
     first = completion(job, Outcome.SUCCEEDED, "succeeded", result_json="1")
     assert await store.complete_executions([first]) == {job_id}
     before = await row(conn, job_id)
-    again = completion(job, Outcome.ERROR, "ready", error_type="late", error_message="late")
+    again = completion(job, Outcome.FAILED, "ready", error_type="late", error_message="late")
     assert await store.complete_executions([first, again]) == set()
     after = await row(conn, job_id)
     assert dict(after) == dict(before)
-    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 1
+    assert await conn.fetchval("SELECT count(*) FROM acta.attempt") == 1
 
 
 @pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
@@ -439,7 +439,7 @@ async def test_the_lean_claim_and_the_plain_completion_differ_only_in_what_they_
         ("succeeded", "1"),
         ("succeeded", "1"),
     ]
-    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 2
+    assert await conn.fetchval("SELECT count(*) FROM acta.attempt") == 2
     # The same batch again: fenced out by either statement.
     assert (
         await store.complete_executions([completion(full, Outcome.SUCCEEDED, "succeeded")]) == set()
@@ -648,7 +648,7 @@ async def test_recovery_leaves_a_row_renewed_since_it_was_read(
     assert (r["status"], r["attempts"]) == ("executing", 1)
     # Nor is it made a suspect mid-attempt: the flag would read as "claimed alone".
     assert r["suspect"] is False
-    assert await conn.fetchval("SELECT count(*) FROM acta.execution") == 0
+    assert await conn.fetchval("SELECT count(*) FROM acta.attempt") == 0
 
 
 async def test_recovery_ends_a_cancel_requested_row_cancelled_and_records_the_loss(
@@ -670,7 +670,7 @@ async def test_recovery_ends_a_cancel_requested_row_cancelled_and_records_the_lo
     rows = await store.recover_expired(100, recover_20)
     assert sorted(rows) == [(started.id, "cancelled", True), (unstarted.id, "cancelled", False)]
     assert (await row(conn, unstarted.id))["attempts"] == 0
-    history = {r["job_id"]: r for r in await conn.fetch("SELECT * FROM acta.execution ORDER BY id")}
+    history = {r["job_id"]: r for r in await conn.fetch("SELECT * FROM acta.attempt ORDER BY id")}
     assert {h["outcome"] for h in history.values()} == {"lost"}
     # The loss is the lost worker's attempt, dated from the row's own start.
     assert {h["worker_id"] for h in history.values()} == {other.worker_id}
@@ -765,7 +765,7 @@ async def test_recovery_charges_only_what_it_must_and_the_culprit_names_itself(
     statuses = dict(await conn.fetch("SELECT id, status FROM acta.job WHERE id = ANY($1)", batch))
     assert statuses == {batch[0]: "succeeded", culprit: "failed", batch[2]: "succeeded"}
     history = await conn.fetch(
-        "SELECT job_id, outcome, error_message FROM acta.execution ORDER BY finished_at, id"
+        "SELECT job_id, outcome, error_message FROM acta.attempt ORDER BY finished_at, id"
     )
     lost_innocent = [h for h in history if h["job_id"] != culprit and h["outcome"] == "lost"]
     assert len(lost_innocent) == 2

@@ -64,7 +64,7 @@ def test_60_jobs_over_5_keys_with_limit_2_never_run_more_than_2_of_a_key_at_once
     # Bounces are uncharged: every job succeeded on its first charged attempt.
     attempts = sql("SELECT DISTINCT attempts FROM acta.job")
     assert attempts == [(1,)], attempts
-    assert sql("SELECT count(*) FROM acta.execution") == [(60,)]
+    assert sql("SELECT count(*) FROM acta.attempt") == [(60,)]
     assert sql("SELECT count(*) FROM acta.concurrency_slot") == [(0,)]
     # Sweep each key's [start, end] intervals: never more than 2 at once.
     events: dict[str, list[tuple[float, int]]] = defaultdict(list)

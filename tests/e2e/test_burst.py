@@ -49,7 +49,7 @@ async def test_drain_runs_every_bounced_job_and_leaves_the_delayed_one(db: str, 
     assert not result.crashed
     assert _ended(sql) == EXPECTED
     # Each of the 8 ran once, and the bounces were real: more claims than runs.
-    assert sql("SELECT count(*) FROM acta.execution") == [(8,)]
+    assert sql("SELECT count(*) FROM acta.attempt") == [(8,)]
     assert result.claimed > 8
 
 
@@ -67,4 +67,4 @@ def test_a_real_burst_worker_runs_every_bounced_job_and_exits_0(
     )
     assert done.returncode == 0, done.stderr
     assert _ended(sql) == EXPECTED
-    assert sql("SELECT count(*) FROM acta.execution") == [(8,)]
+    assert sql("SELECT count(*) FROM acta.attempt") == [(8,)]

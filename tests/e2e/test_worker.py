@@ -43,7 +43,7 @@ def test_two_workers_run_2000_jobs_each_succeeding_exactly_once(
     pids = {r.pid for r in runs}
     assert len(pids) == 2, "both workers took a share"
     assert sql(
-        "SELECT count(*), count(DISTINCT job_id) FROM acta.execution WHERE outcome = 'succeeded'"
+        "SELECT count(*), count(DISTINCT job_id) FROM acta.attempt WHERE outcome = 'succeeded'"
     ) == [(2000, 2000)]
     assert sql("SELECT DISTINCT attempts, result::text FROM acta.job") == [(1, '{"n": 7}')]
     assert sql("SELECT count(*) FROM acta.worker WHERE status = 'stopped'") == [(2,)]
@@ -60,9 +60,7 @@ def test_retries_end_failed_after_max_attempts(sql, start_worker, runs_log) -> N
     )
     assert attempts == 3
     assert "attempt 3 failed" in error and "failure budget spent" in error
-    history = sql(
-        "SELECT attempt, outcome FROM acta.execution WHERE job_id = %s ORDER BY id", job_id
-    )
+    history = sql("SELECT attempt, outcome FROM acta.attempt WHERE job_id = %s ORDER BY id", job_id)
     assert history == [(1, "failed"), (2, "failed"), (3, "failed")]
     assert [r.attempt for r in read_runs(runs_log) if r.event == "start"] == [1, 2, 3]
 
@@ -74,7 +72,7 @@ def test_a_handler_past_its_timeout_is_cancelled_and_failed(sql, start_worker) -
     w.signal(signal.SIGTERM)
     assert w.wait() == 0
     [(error_type, message)] = sql(
-        "SELECT error_type, error_message FROM acta.execution WHERE job_id = %s", job_id
+        "SELECT error_type, error_message FROM acta.attempt WHERE job_id = %s", job_id
     )
     assert error_type == "acta.timeout" and "0.3s" in message
 
@@ -109,7 +107,7 @@ def test_a_second_signal_cancels_running_handlers_which_are_retried_uncharged(
     w.signal(signal.SIGINT)
     assert w.wait(timeout=30) == 0
     assert sql("SELECT status, attempts FROM acta.job WHERE id = %s", job_id) == [("ready", 0)]
-    assert sql("SELECT outcome FROM acta.execution WHERE job_id = %s", job_id) == [("interrupted",)]
+    assert sql("SELECT outcome FROM acta.attempt WHERE job_id = %s", job_id) == [("interrupted",)]
 
 
 def test_the_grace_period_ends_in_a_cancel(sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]

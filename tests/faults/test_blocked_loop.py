@@ -152,6 +152,6 @@ def test_a_worker_marked_dead_that_turns_out_alive_registers_again(
     wait_for(lambda: all_terminal(sql, len(ids)), 30, "the thawed worker to run new jobs")
     report = oracle.check(sql, runs_log, jobs=ids, attempts=1)
     assert {report.final[j][2]["pid"] for j in ids} == {frozen.pid}
-    assert sql("SELECT DISTINCT worker_id FROM acta.execution WHERE job_id = ANY(%s)", ids) == [
+    assert sql("SELECT DISTINCT worker_id FROM acta.attempt WHERE job_id = ANY(%s)", ids) == [
         (new_id,)
     ]

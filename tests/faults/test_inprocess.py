@@ -125,7 +125,7 @@ async def test_sigterm_hands_claimed_but_unstarted_rows_back_uncharged_at_once(
         claimed,
     )
     assert rows == [("ready", 0, True, None, None)] * 3
-    assert sql("SELECT count(*) FROM acta.execution") == [(0,)]
+    assert sql("SELECT count(*) FROM acta.attempt") == [(0,)]
     assert read_runs(log_runs) == []
     assert sql("SELECT status FROM acta.worker") == [("stopped",)]
     returns = [c for c in oracle.read_changes(sql) if c.old == "executing"]
@@ -208,7 +208,7 @@ async def test_failing_completion_writes_are_retried_never_dropped_and_pause_cla
         await asyncio.wait_for(task, 30)
     report = oracle.check(sql, log_runs, jobs=ids, attempts=1, max_starts=1)
     assert not any(c.lease_expired for c in report.changes), "a held row's lease ran out"
-    assert sql("SELECT count(*), count(DISTINCT job_id) FROM acta.execution") == [(total, total)]
+    assert sql("SELECT count(*), count(DISTINCT job_id) FROM acta.attempt") == [(total, total)]
 
 
 async def test_the_real_180s_lease_verified_by_backdating(
@@ -297,7 +297,7 @@ async def test_the_real_180s_lease_verified_by_backdating(
     report = oracle.check(sql, log_runs, jobs=oracle_jobs, attempts=1, killed={a.pid: killed_at})
     assert report.final[job][2]["pid"] == os.getpid()
     assert sql(
-        "SELECT attempt, outcome, started_at IS NULL FROM acta.execution WHERE job_id = %s "
+        "SELECT attempt, outcome, started_at IS NULL FROM acta.attempt WHERE job_id = %s "
         "ORDER BY id",
         job,
     ) == [(1, "lost", True), (1, "succeeded", False)]
@@ -376,6 +376,6 @@ async def test_a_renewal_answered_as_the_attempt_deadline_fires_keeps_the_worker
     # Cancelled at its deadline while the row was still this worker's: written as a failed
     # attempt and retried under the budget (the retry is not run here).
     assert sql("SELECT status, attempts FROM acta.job WHERE id = %s", job) == [("ready", 1)]
-    assert sql("SELECT outcome, error_type FROM acta.execution WHERE job_id = %s", job) == [
+    assert sql("SELECT outcome, error_type FROM acta.attempt WHERE job_id = %s", job) == [
         ("failed", "acta.lease_lost")
     ]

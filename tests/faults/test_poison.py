@@ -103,7 +103,7 @@ def test_a_worker_killing_job_fails_alone_and_its_batch_mates_are_never_charged(
     # Every other job succeeded once; a charged loss is only ever one of a started attempt.
     rows = sql(
         "SELECT j.id, j.status, count(*) FILTER (WHERE e.outcome = 'succeeded') "
-        "FROM acta.job j LEFT JOIN acta.execution e ON e.job_id = j.id "
+        "FROM acta.job j LEFT JOIN acta.attempt e ON e.job_id = j.id "
         "WHERE j.id = ANY(%s) GROUP BY j.id, j.status",
         quick,
     )
@@ -113,7 +113,7 @@ def test_a_worker_killing_job_fails_alone_and_its_batch_mates_are_never_charged(
     history = {
         (job, execution): (started, message)
         for job, execution, started, message in sql(
-            "SELECT job_id, id, started_at IS NOT NULL, error_message FROM acta.execution "
+            "SELECT job_id, id, started_at IS NOT NULL, error_message FROM acta.attempt "
             "WHERE outcome = 'lost' AND job_id = ANY(%s)",
             quick,
         )

@@ -33,7 +33,7 @@ def history(sql: Sql, job: int) -> list[tuple[int, str, bool]]:
     return [
         (int(a), str(o), bool(s))
         for a, o, s in sql(
-            "SELECT attempt, outcome, started_at IS NOT NULL FROM acta.execution "
+            "SELECT attempt, outcome, started_at IS NOT NULL FROM acta.attempt "
             "WHERE job_id = %s ORDER BY id",
             job,
         )

@@ -24,6 +24,6 @@ def test_four_workers_race_over_5000_jobs(sql: Sql, workers: Workers, runs_log: 
     assert sum(shares.values()) == 5000
     assert sum(1 for n in shares.values() if n) >= 2, shares
     assert sql(
-        "SELECT count(*), count(DISTINCT job_id) FROM acta.execution WHERE outcome = 'succeeded'"
+        "SELECT count(*), count(DISTINCT job_id) FROM acta.attempt WHERE outcome = 'succeeded'"
     ) == [(5000, 5000)]
     assert all(w.alive() for w in racing)

@@ -84,7 +84,7 @@ def test_a_completion_refused_with_42501_repeats_until_it_lands(
     [(attempts, last_error)] = sql("SELECT attempts, last_error FROM acta.job WHERE id = %s", job)
     assert attempts == 1
     assert last_error is None
-    assert sql("SELECT outcome, error_type FROM acta.execution WHERE job_id = %s", job) == [
+    assert sql("SELECT outcome, error_type FROM acta.attempt WHERE job_id = %s", job) == [
         ("succeeded", None)
     ]
     assert "CompletionRefused" not in w.output()

@@ -47,6 +47,6 @@ def test_one_sigterm_exits_past_a_handler_that_ignores_its_cancel(
     # back before the exit: then its only history is 'lost').
     [(job_status,)] = sql("SELECT status FROM acta.job WHERE id = %s", stubborn)
     assert job_status in ("executing", "ready")
-    outcomes = [o for (o,) in sql("SELECT outcome FROM acta.execution WHERE job_id = %s", stubborn)]
+    outcomes = [o for (o,) in sql("SELECT outcome FROM acta.attempt WHERE job_id = %s", stubborn)]
     assert set(outcomes) <= {"lost"}
     assert sql("SELECT status FROM acta.worker WHERE id = %s", worker.id) == [("stopped",)]

@@ -65,7 +65,7 @@ def test_a_sync_handler_past_its_timeout_never_overlaps_its_retry(
     assert (status, attempts, result["pid"]) == ("succeeded", 2, worker.pid)
     history = sql(
         "SELECT attempt, outcome, extract(epoch FROM finished_at - claimed_at)::float8 "
-        "FROM acta.execution WHERE job_id = %s ORDER BY id",
+        "FROM acta.attempt WHERE job_id = %s ORDER BY id",
         job,
     )
     assert [(a, o) for a, o, _ in history] == [(1, "timeout"), (2, "succeeded")], history

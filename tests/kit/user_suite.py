@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from acta_sqla import Acta, Context, Execution, InvalidJobArgs, Job, Retry
+from acta_sqla import Acta, Context, InvalidJobArgs, Job, Retry
+from acta_sqla.models import attempt_history
 from acta_sqla.testing import (
     assert_enqueued,
     assert_enqueued_sync,
@@ -112,8 +113,10 @@ async def test_crash_before_the_completion_commit(acta_session):
     assert job.status == "succeeded"
     assert [line.split()[0] for line in runs()].count(str(job.id)) == 2  # at least once
     history = (
-        await acta_session.scalars(
-            select(Execution).where(Execution.job_id == job.id).order_by(Execution.id)
+        await acta_session.execute(
+            select(attempt_history)
+            .where(attempt_history.c.job_id == job.id)
+            .order_by(attempt_history.c.id)
         )
     ).all()
     assert [e.outcome for e in history] == ["lost", "succeeded"]

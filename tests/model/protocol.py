@@ -1021,7 +1021,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 "SELECT j.id, j.status, j.attempts, j.execution_id, j.worker_id, "
                 "j.cancel_requested, j.suspect, j.started_at IS NOT NULL AS started, "
                 "j.pending_children, j.awaited_signal, "
-                "(SELECT count(*) FROM acta.execution e WHERE e.job_id = j.id) AS executions, "
+                "(SELECT count(*) FROM acta.attempt e WHERE e.job_id = j.id) AS executions, "
                 "(SELECT count(*) FROM acta.job c WHERE c.parent_id = j.id "
                 "   AND c.parent_execution_id = j.execution_id "
                 "   AND c.status NOT IN ('succeeded', 'failed', 'cancelled')) AS unfinished "

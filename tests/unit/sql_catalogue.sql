@@ -298,7 +298,21 @@ done AS (
                                 THEN j.pending_children ELSE c.children END,
         resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
                        WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'signal' END,
-        worker_id = NULL,
+        -- The attempt that ends the job is kept on its row, not in an Execution
+        -- row (migration 0015): its outcome, error, worker and start.
+        outcome = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) THEN c.outcome END,
+        attempt_error = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) AND c.error_type IS NOT NULL
+                             THEN jsonb_build_object('type', c.error_type,
+                                                     'message', c.error_message,
+                                                     'traceback', c.traceback) END,
+        started_at = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) AND c.ran_seconds IS NOT NULL
+                          THEN now() - make_interval(secs => c.ran_seconds)
+                          ELSE j.started_at END,
+        worker_id = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) THEN coalesce(c.ran_by, $2) END,
         lease_expires_at = NULL
     FROM c
     -- Each row is looked up by primary key (id = ANY of the batch's ids): the
@@ -309,7 +323,7 @@ done AS (
       AND j.status = 'executing'
     RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
               c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
-              c.record, c.ran_by
+              c.record AND j.outcome IS NULL AS record, c.ran_by
 ),
 history AS (
     INSERT INTO "acta".execution AS e (id, job_id, attempt, worker_id, claimed_at,
@@ -430,7 +444,21 @@ done AS (
                                 THEN j.pending_children ELSE c.children END,
         resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
                        WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'signal' END,
-        worker_id = NULL,
+        -- The attempt that ends the job is kept on its row, not in an Execution
+        -- row (migration 0015): its outcome, error, worker and start.
+        outcome = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) THEN c.outcome END,
+        attempt_error = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) AND c.error_type IS NOT NULL
+                             THEN jsonb_build_object('type', c.error_type,
+                                                     'message', c.error_message,
+                                                     'traceback', c.traceback) END,
+        started_at = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) AND c.ran_seconds IS NOT NULL
+                          THEN now() - make_interval(secs => c.ran_seconds)
+                          ELSE j.started_at END,
+        worker_id = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) THEN coalesce(c.ran_by, $2) END,
         lease_expires_at = NULL
     FROM c
     -- Each row is looked up by primary key (id = ANY of the batch's ids): the
@@ -441,7 +469,7 @@ done AS (
       AND j.status = 'executing'
     RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
               c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
-              c.record, c.ran_by
+              c.record AND j.outcome IS NULL AS record, c.ran_by
 ),
 history AS (
     INSERT INTO "acta".execution AS e (id, job_id, attempt, worker_id, claimed_at,
@@ -554,7 +582,7 @@ recovery AS (
     -- The next pass is due after the SHORTEST recovery interval of the namespace's
     -- running workers, not this worker's own: a 45 s worker taking the pass would
     -- otherwise make 0.5 s workers wait 180 s to recover a crashed peer's rows,
-    -- whose 2 s leases ran out long before (issue 10, item 6). A registering
+    -- whose 2 s leases ran out long before (I1, no lost job). A registering
     -- worker pulls a later due time in to its own interval (register_worker).
     UPDATE "acta".namespace SET recovery_due_at = now() + make_interval(secs => least(
         $7,
@@ -768,7 +796,21 @@ done AS (
                                 THEN j.pending_children ELSE c.children END,
         resumed = CASE WHEN c.status <> 'waiting' THEN j.resumed
                        WHEN (c.awaited_signal IS NOT NULL AND coalesce(j.signals ? c.awaited_signal, false)) THEN 'signal' END,
-        worker_id = NULL,
+        -- The attempt that ends the job is kept on its row, not in an Execution
+        -- row (migration 0015): its outcome, error, worker and start.
+        outcome = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) THEN c.outcome END,
+        attempt_error = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) AND c.error_type IS NOT NULL
+                             THEN jsonb_build_object('type', c.error_type,
+                                                     'message', c.error_message,
+                                                     'traceback', c.traceback) END,
+        started_at = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) AND c.ran_seconds IS NOT NULL
+                          THEN now() - make_interval(secs => c.ran_seconds)
+                          ELSE j.started_at END,
+        worker_id = CASE WHEN (c.record AND NOT c.refund AND c.attempt = j.attempts
+         AND (c.status IN ('succeeded', 'failed', 'cancelled') OR (c.cancel_wins AND j.cancel_requested))) THEN coalesce(c.ran_by, $2) END,
         lease_expires_at = NULL,
         suspect = j.suspect OR j.id = ANY ($4::bigint[])
     FROM c
@@ -780,7 +822,7 @@ done AS (
       AND j.status = 'executing' AND (j.lease_expires_at < now()) IS TRUE
     RETURNING j.id, j.status, j.claimed_at, j.started_at, c.execution_id, c.attempt,
               c.ran_seconds, c.outcome, c.error_type, c.error_message, c.traceback,
-              c.record, c.ran_by
+              c.record AND j.outcome IS NULL AS record, c.ran_by
 ),
 history AS (
     INSERT INTO "acta".execution AS e (id, job_id, attempt, worker_id, claimed_at,
@@ -1079,8 +1121,8 @@ RETURNING definitions_version;
 --   and the admin connection named after the new id, so that every connection of a worker can be
 --   found in pg_stat_activity. A namespace whose next recovery pass is due later than this worker's
 --   own recovery interval ($9) is pulled in to it: a worker with a long heartbeat may have taken
---   the last pass alone, and this one's shorter leases must not wait for the long interval (issue
---   10, item 6).
+--   the last pass alone, and this one's shorter leases must not wait for the long interval (I1, no
+--   lost job).
 WITH ns AS (
     INSERT INTO "acta".namespace (name) VALUES ($1) ON CONFLICT (name) DO NOTHING
 ),
@@ -1542,7 +1584,7 @@ FROM ROWS FROM (jsonb_array_elements(CAST(%(rows)s::VARCHAR AS jsonb)), jsonb_ar
 
 -- session.insert_unique_job: INSERT one job unless a non-terminal job holds its unique key;
 --   RETURNING the new Job.
-INSERT INTO acta.job (namespace, kind, args, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at;
+INSERT INTO acta.job (namespace, kind, args, priority, attempts, unique_key, pending_children, cancel_requested, suspect) VALUES (%(namespace)s::VARCHAR, %(kind)s::VARCHAR, %(args)s::JSONB, %(priority)s::SMALLINT, %(attempts)s::INTEGER, %(unique_key)s::VARCHAR, %(pending_children)s::INTEGER, %(cancel_requested)s, %(suspect)s) ON CONFLICT (namespace, unique_key) WHERE unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting') DO NOTHING RETURNING acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at, acta.job.outcome, acta.job.attempt_error;
 
 -- session.job_status: One job's status (signal tells a finished job from a missing one).
 SELECT acta.job.status
@@ -1569,7 +1611,7 @@ WHERE job_1.namespace = acta.job.namespace AND job_1.unique_key = acta.job.uniqu
 
 -- session.select_unique_holder: The non-terminal job holding ``unique_key`` in ``namespace``
 --   (enqueue returns it).
-SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at
+SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.args, acta.job.status, acta.job.priority, acta.job.run_at, acta.job.attempts, acta.job.max_attempts, acta.job.execution_id, acta.job.worker_id, acta.job.claimed_at, acta.job.started_at, acta.job.lease_expires_at, acta.job.concurrency_key, acta.job.rate_key, acta.job.lane_key, acta.job.unique_key, acta.job.parent_id, acta.job.parent_execution_id, acta.job.pending_children, acta.job.awaited_signal, acta.job.signals, acta.job.schedule_name, acta.job.scheduled_at, acta.job.trace_context, acta.job.resumed, acta.job.result, acta.job.last_error, acta.job.cancel_requested, acta.job.suspect, acta.job.created_at, acta.job.finished_at, acta.job.outcome, acta.job.attempt_error
 FROM acta.job
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.unique_key = %(unique_key_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]);
 
@@ -1695,10 +1737,11 @@ SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job
 FROM acta.job
 WHERE acta.job.id = %(id_1)s::BIGINT;
 
--- inspect.job_executions: One job's recorded attempts, in the order they ended.
-SELECT acta.execution.id, acta.execution.attempt, acta.execution.outcome, acta.execution.worker_id, acta.execution.claimed_at, acta.execution.started_at, acta.execution.finished_at, acta.execution.error_type, acta.execution.error_message
-FROM acta.execution
-WHERE acta.execution.job_id = %(job_id_1)s::BIGINT ORDER BY acta.execution.finished_at, acta.execution.attempt;
+-- inspect.job_executions: One job's recorded attempts, in the order they ended (the
+--   ``acta.attempt`` view).
+SELECT acta.attempt.id, acta.attempt.attempt, acta.attempt.outcome, acta.attempt.worker_id, acta.attempt.claimed_at, acta.attempt.started_at, acta.attempt.finished_at, acta.attempt.error_type, acta.attempt.error_message
+FROM acta.attempt
+WHERE acta.attempt.job_id = %(job_id_1)s::BIGINT ORDER BY acta.attempt.finished_at, acta.attempt.attempt;
 
 -- inspect.key_jobs: The unfinished jobs of one concurrency key, in claim order.
 SELECT acta.job.id, acta.job.namespace, acta.job.kind, acta.job.status, acta.job.priority, acta.job.attempts, acta.job.max_attempts, CASE WHEN (acta.job.run_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.run_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.run_at END AS run_at, CASE WHEN (acta.job.created_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.created_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.created_at END AS created_at, CASE WHEN (acta.job.finished_at > CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('9999-12-30 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) WHEN (acta.job.finished_at < CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE)) THEN CAST('0001-01-02 00:00:00+00' AS TIMESTAMP WITH TIME ZONE) ELSE acta.job.finished_at END AS finished_at
@@ -1720,9 +1763,10 @@ WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concur
 
 -- inspect.kind_rates: Each kind's live numbers over the last ``seconds``: jobs succeeded, failed
 --   and cancelled, the median and 95th percentile of their last attempt's run time (started to
---   finished, from that attempt's history row, found by primary key), and the mean queue wait.
---   Through the finished index's range.
-SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM acta.execution.finished_at - acta.execution.started_at)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+--   finished: from the job row when it keeps the attempt that ended it, migration 0015, else from
+--   that attempt's history row, found by primary key), and the mean queue wait. Through the
+--   finished index's range.
+SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
 FROM acta.job LEFT OUTER JOIN acta.execution ON acta.execution.job_id = acta.job.id AND acta.execution.id = acta.job.execution_id
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
 
@@ -1745,9 +1789,9 @@ FROM acta.job
 WHERE acta.job.id IN (__[POSTCOMPILE_id_1]);
 
 -- inspect.last_traceback: The traceback of a job's latest attempt that recorded one.
-SELECT acta.execution.traceback
-FROM acta.execution
-WHERE acta.execution.job_id = %(job_id_1)s::BIGINT AND acta.execution.traceback IS NOT NULL ORDER BY acta.execution.finished_at DESC, acta.execution.attempt DESC
+SELECT acta.attempt.traceback
+FROM acta.attempt
+WHERE acta.attempt.job_id = %(job_id_1)s::BIGINT AND acta.attempt.traceback IS NOT NULL ORDER BY acta.attempt.finished_at DESC, acta.attempt.attempt DESC
  LIMIT %(param_1)s::INTEGER;
 
 -- inspect.list_concurrency_keys: Concurrency keys in use: slots held and jobs ready behind each, by
@@ -1877,7 +1921,7 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 
 -- demo.count_executions: Attempts recorded for the namespace's jobs.
 SELECT count(*) AS count_1
-FROM acta.execution JOIN acta.job ON acta.job.id = acta.execution.job_id
+FROM acta.attempt JOIN acta.job ON acta.job.id = acta.attempt.job_id
 WHERE acta.job.namespace = %(namespace_1)s::VARCHAR;
 
 -- demo.count_finished: The namespace's jobs in a terminal state.
@@ -2016,9 +2060,12 @@ CREATE TABLE acta.job (
 	suspect BOOLEAN DEFAULT 'false' NOT NULL,
 	created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL,
 	finished_at TIMESTAMP WITH TIME ZONE,
+	outcome TEXT,
+	attempt_error JSONB,
 	CONSTRAINT job_pkey PRIMARY KEY (id),
 	CONSTRAINT job_status_check CHECK (status IN ('ready', 'executing', 'waiting', 'succeeded', 'failed', 'cancelled'))
-);
+)
+ WITH (fillfactor = 50);
 
 -- ddl.index.job_children_wait_idx
 CREATE INDEX job_children_wait_idx ON acta.job (namespace, id) WHERE status = 'waiting' AND pending_children > 0;

@@ -162,7 +162,7 @@ async def test_a_request_the_database_refuses_for_its_data_fails_alone() -> None
     assert [r is None for r in results] == [True, True, False, False, True]
     assert results[3] is not None and results[3].outcome is Outcome.HANDBACK  # a plain bounce
     refused = results[2]
-    assert refused is not None and refused.outcome is Outcome.ERROR and not refused.refund
+    assert refused is not None and refused.outcome is Outcome.FAILED and not refused.refund
     assert refused.status is JobStatus.READY  # under its budget: retried (3 attempts left)
     assert refused.error_type == "acta.AdmissionRefused"
     assert refused.error_message == (

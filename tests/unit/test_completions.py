@@ -67,7 +67,7 @@ def test_succeeded() -> None:
 
 def test_failed_is_retried_under_the_budget_then_fails_saying_so() -> None:
     first = c.failed(job(1, attempts=1), POLICY, ERR, 0.1)
-    assert (first.status, first.outcome) == (JobStatus.READY, Outcome.ERROR)
+    assert (first.status, first.outcome) == (JobStatus.READY, Outcome.FAILED)
     assert 1.0 <= first.delay <= 3.0  # the policy's back-off for attempt 1 (jittered)
     assert first.cancel_wins and not first.refund and first.error_message == "boom"
     last = c.failed(job(1, attempts=3), POLICY, ERR, 0.1)
@@ -88,7 +88,7 @@ def test_retry_at_is_charged_and_due_when_asked() -> None:
 
 def test_fail_now_cancelled_interrupted_and_handback() -> None:
     now = c.fail_now(job(1), ERR, None)
-    assert (now.status, now.outcome) == (JobStatus.FAILED, Outcome.FAIL_NOW)
+    assert (now.status, now.outcome) == (JobStatus.FAILED, Outcome.FAIL)
     gone = c.cancelled(job(1), ERR, 0.1)
     assert (gone.status, gone.outcome) == (JobStatus.CANCELLED, Outcome.CANCELLED)
     stop = c.interrupted(job(1), ERR, 0.1)
@@ -115,8 +115,8 @@ def test_cancel_wins_over_every_return_to_ready_and_nothing_else() -> None:
     ("reason", "status", "outcome"),
     [
         (Outcome.TIMEOUT, JobStatus.READY, Outcome.TIMEOUT),
-        (Outcome.LEASE_LOST, JobStatus.READY, Outcome.ERROR),
-        (Outcome.LOCK_LOST, JobStatus.READY, Outcome.ERROR),
+        (Outcome.LEASE_LOST, JobStatus.READY, Outcome.FAILED),
+        (Outcome.LOCK_LOST, JobStatus.READY, Outcome.FAILED),
         (Outcome.CANCELLED, JobStatus.CANCELLED, Outcome.CANCELLED),
         (Outcome.INTERRUPTED, JobStatus.READY, Outcome.INTERRUPTED),
     ],
@@ -131,7 +131,7 @@ def test_refused_fails_the_job_without_its_result() -> None:
     r = c.refused(c.succeeded(job(1), '"x"', 0.5), "invalid byte sequence")
     assert (r.status, r.outcome, r.result_json, r.error_type) == (
         JobStatus.FAILED,
-        Outcome.FAIL_NOW,
+        Outcome.FAIL,
         None,
         "acta.CompletionRefused",
     )
@@ -221,3 +221,48 @@ def test_recovery_spends_the_effective_budget(
     assert f"attempt {spent_at} of {spent_at}, failure budget spent" in (done.error_message or "")
     again, _ = c.lease_expired(row._replace(attempts=spent_at - 1), default)
     assert again.status is JobStatus.READY
+
+
+# ------------------------------------------------------------------ conclude: what a run came to
+
+
+def test_conclude_turns_each_way_a_run_ends_into_its_completion() -> None:
+    """The executor reports (``Ran``); ``conclude`` decides, with no I/O."""
+    from acta_sqla.errors import Cancel, Fail, Retry
+    from acta_sqla.waits import WaitForChildren, WaitForSignal
+
+    policy = Policy(max_attempts=3)
+    j = job(1, "k", attempts=1)
+
+    def outcome(ran: c.Ran) -> tuple[str, Outcome, float | None]:
+        done = c.conclude(j, policy, ran)
+        return done.status, done.outcome, done.ran_seconds
+
+    assert outcome(c.Ran({"ok": 1}, None, 0.5)) == ("succeeded", Outcome.SUCCEEDED, 0.5)
+    assert outcome(c.Ran(None, ValueError("x"), 0.5)) == ("ready", Outcome.FAILED, 0.5)
+    assert outcome(c.Ran(None, Retry(after=5), 0.5))[1] is Outcome.RETRY
+    assert outcome(c.Ran(None, Fail("no"), 0.5)) == ("failed", Outcome.FAIL, 0.5)
+    assert outcome(c.Ran(None, Cancel("stop"), 0.5)) == ("cancelled", Outcome.CANCELLED, 0.5)
+    # Never ran: its args no longer load (fails now, no run time).
+    assert outcome(c.Ran(None, TypeError("args"), None)) == ("failed", Outcome.FAIL, None)
+    # Asked to stop: the reason wins over whatever the handler returned or raised.
+    assert outcome(c.Ran("late", None, 2.0, stopped=Outcome.TIMEOUT))[1] is Outcome.TIMEOUT
+    # (a lost lease is recorded as a failure: tests above)
+    assert outcome(c.Ran(None, None, 0.1, stopped=Outcome.LEASE_LOST)) == (
+        "ready",
+        Outcome.FAILED,
+        0.1,
+    )
+    assert outcome(c.Ran(WaitForSignal("go"), None, 0.1)) == ("waiting", Outcome.WAITING, 0.1)
+    children = object.__new__(WaitForChildren)  # the rows a real one renders from its jobs
+    object.__setattr__(children, "children", ())
+    object.__setattr__(children, "rows", [{"kind": "k"}])
+    assert outcome(c.Ran(children, None, 0.1))[1] is Outcome.WAITING
+    stranded = c.conclude(j, policy, c.Ran(children, None, 0.1, stranded="lane 'a' is held"))
+    assert (
+        stranded.outcome is Outcome.FAILED and stranded.error_type == "acta_sqla.errors.InvalidJob"
+    )
+    unstorable = c.conclude(j, policy, c.Ran(object(), None, 0.1))
+    assert unstorable.outcome is Outcome.FAILED and "not JSON-serializable" in (
+        unstorable.error_message or ""
+    )

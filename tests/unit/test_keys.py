@@ -220,7 +220,7 @@ def test_a_signal_name_is_checked_where_it_is_sent_and_where_it_is_awaited(case:
         signal_payload(HOSTILE[case], None)
     # Item 8: refused where the handler builds the wait (InvalidJob, under the attempt's
     # budget) instead of by the completion's statement (the job failed for good).
-    with pytest.raises(InvalidJob, match=f"WaitForSignal: name=.* {SAYS[case]}"):
+    with pytest.raises(InvalidJob, match=f"WaitForSignal: signal name .* {SAYS[case]}"):
         WaitForSignal(HOSTILE[case])
     assert WaitForSignal(LONGEST).name == LONGEST
     assert signal_payload(LONGEST, {"a": 1}) == '{"a":1}'

@@ -241,7 +241,7 @@ async def test_storing_schedules_tries_again_after_a_deadlock() -> None:
 
 
 def test_a_fire_whose_successor_cannot_be_computed_still_completes() -> None:
-    """The worker adds a fire's successor to its completion (``Worker._chain``): a schedule
+    """The worker adds a fire's successor to its completion (``Fires.chain``): a schedule
     whose next tick cannot be computed gets none (the chain stops, the recovery passes name
     it), and the fire's own completion is written unchanged; the executor used to raise
     there, after the handler ran."""
@@ -256,11 +256,11 @@ def test_a_fire_whose_successor_cannot_be_computed_still_completes() -> None:
     acta.schedules["feb30"] = Schedule("feb30", "0 0 30 2 *", "noop")  # as older code did
     acta.schedules["every"] = Schedule("every", "* * * * *", "noop")
     worker = Worker(acta, load_settings(database_url="postgresql://x@127.0.0.1:1/none"))
-    worker.store = SimpleNamespace(db_now=lambda: at(2026, 5, 1, 12, 0, 30))  # type: ignore[assignment]
+    worker.fires.store = SimpleNamespace(db_now=lambda: at(2026, 5, 1, 12, 0, 30))  # type: ignore[assignment]
     tick = at(2026, 5, 1, 12)
 
-    stuck = worker._chain(job(1, schedule_name="feb30", scheduled_at=tick), done(1))
+    stuck = worker.fires.chain(job(1, schedule_name="feb30", scheduled_at=tick), done(1))
     assert stuck == done(1)
-    chained = worker._chain(job(2, schedule_name="every", scheduled_at=tick), done(2))
+    chained = worker.fires.chain(job(2, schedule_name="every", scheduled_at=tick), done(2))
     assert chained.features is not None
     assert chained.features["next"]["tick"] == at(2026, 5, 1, 12, 1).isoformat()

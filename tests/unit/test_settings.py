@@ -436,3 +436,29 @@ class TestNestedInAnApplicationsSettings:
         [error] = caught.value.errors()
         assert error["loc"] == ("acta", field)
         assert says in error["msg"]
+
+
+def test_one_rule_for_the_executor_count_and_the_grace() -> None:
+    """``ACTA_EXECUTORS``, ``acta worker --executors`` and ``in_process_worker(executors=)``
+    share the bounds; ``--grace`` and ``in_process_worker(grace=)`` share the grace's rule."""
+    from acta_sqla.settings import (
+        MAX_EXECUTORS,
+        MIN_EXECUTORS,
+        ActaSettings,
+        check_executors,
+        check_grace,
+    )
+
+    metadata = ActaSettings.model_fields["executors"].metadata
+    bounds = {type(m).__name__: getattr(m, type(m).__name__.lower()) for m in metadata}
+    assert bounds == {"Ge": MIN_EXECUTORS, "Le": MAX_EXECUTORS}
+    assert check_executors(1, "x") == 1 and check_executors(1024, "x") == 1024
+    for bad in (0, 1025, 2.0, "8", None):
+        with pytest.raises(
+            ConfigurationError, match=r"^--executors .*: must be between 1 and 1024$"
+        ):
+            check_executors(bad, f"--executors {bad}")
+    assert check_grace(0.0, "x") == 0.0 and check_grace(float("inf"), "x") == float("inf")
+    for bad_grace in (-1.0, float("nan")):
+        with pytest.raises(ConfigurationError, match=r"^--grace .*: must be >= 0 seconds$"):
+            check_grace(bad_grace, f"--grace {bad_grace:g}")

@@ -44,7 +44,7 @@ from acta_sqla.queries import (
     workers,
 )
 from acta_sqla.queries import inspect as inspect_q
-from acta_sqla.queries.worker import WorkerSQL
+from acta_sqla.queries.catalogue import WorkerSQL
 from acta_sqla.settings import SCHEMA_VERSION_TABLE
 from acta_sqla.status import JobStatus
 

@@ -4,6 +4,7 @@ only after the hand-off."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ from acta_sqla.policy import Policy
 from acta_sqla.settings import Timings
 from acta_sqla.values import Completion, HeartbeatReport, Outcome
 from acta_sqla.worker.clock import Clock
-from acta_sqla.worker.executor import Executor, Executors
+from acta_sqla.worker.executor import Executor, ExecutorConfig, Executors
 from acta_sqla.worker.heartbeat import Heartbeat
 from acta_sqla.worker.inflight import Entry, EntryState, Permits, Registry
 
@@ -121,18 +122,21 @@ class Harness:
         self.claimed: asyncio.Queue[Entry | None] = asyncio.Queue(maxsize=4)
         self.completed: asyncio.Queue[Completion | None] = asyncio.Queue(maxsize=completed_size)
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="acta-sync")
-        self.executor = Executor(
+        config = ExecutorConfig(
             acta.handlers,
             lambda kind: acta.handlers[kind].policy if kind in acta.handlers else Policy(),
+            "unit",
+            safety_poll=1.0,
+            pool=self.pool,
+            lease=LEASE,
+        )
+        self.executor = Executor(
+            config,
             self.registry,
             self.permits,
             self.claimed,
             self.completed,
-            "unit",
-            safety_poll=1.0,
-            pool=self.pool,
             clock=clock or Clock(),
-            lease=LEASE,
         )
 
     def take_permit(self) -> None:
@@ -180,7 +184,7 @@ async def test_success_stores_the_json_result(h: Harness) -> None:
 
 async def test_failure_is_retried_with_backoff_until_the_budget_is_spent(h: Harness) -> None:
     c = await h.run("boom", attempts=1)
-    assert (c.status, c.outcome) == ("ready", Outcome.ERROR)
+    assert (c.status, c.outcome) == ("ready", Outcome.FAILED)
     assert 1.5 <= c.delay <= 2.5  # backoff_base 2 s, ±25 %
     assert c.error_type == "ValueError" and c.error_message == "no luck"
     assert "ValueError: no luck" in (c.traceback or "")
@@ -203,9 +207,9 @@ async def test_a_wait_for_a_name_no_table_can_hold_fails_the_attempt_under_its_b
     # and the job failed for good (acta.CompletionRefused, attempt 1 of 3). The wait is
     # refused where the handler builds it, like any exception of the handler.
     c = await h.run("waits_badly", '{"name": "go"}', attempts=1)
-    assert (c.status, c.outcome) == ("ready", Outcome.ERROR)
+    assert (c.status, c.outcome) == ("ready", Outcome.FAILED)
     assert c.error_type == "acta_sqla.errors.InvalidJob"
-    assert (c.error_message or "").startswith("WaitForSignal: name='go\\x00' contains a NUL")
+    assert (c.error_message or "").startswith("WaitForSignal: signal name 'go\\x00' contains a NUL")
     c = await h.run("waits_badly", '{"name": "go"}', attempts=3)
     assert c.status == "failed" and "attempt 3 of 3" in (c.error_message or "")
 
@@ -221,7 +225,7 @@ async def test_retry_fail_and_cancel(h: Harness) -> None:
     c = await h.run("retry_later", attempts=3)
     assert c.status == "failed"  # a Retry is charged like any attempt
     c = await h.run("give_up")
-    assert (c.status, c.outcome) == ("failed", Outcome.FAIL_NOW)
+    assert (c.status, c.outcome) == ("failed", Outcome.FAIL)
     c = await h.run("obsolete")
     assert (c.status, c.outcome) == ("cancelled", Outcome.CANCELLED)
 
@@ -236,15 +240,15 @@ async def test_timeout_cancels_the_handler_and_counts_as_a_failure(h: Harness) -
 
 async def test_unserializable_result_is_a_failure_with_a_clear_error(h: Harness) -> None:
     c = await h.run("garbage")
-    assert c.outcome is Outcome.ERROR
+    assert c.outcome is Outcome.FAILED
     assert "not JSON-serializable" in (c.error_message or "")
 
 
 async def test_cancelled_error_and_system_exit_from_a_handler_are_failures(h: Harness) -> None:
     c = await h.run("self_cancel")
-    assert c.outcome is Outcome.ERROR and c.error_type == "asyncio.exceptions.CancelledError"
+    assert c.outcome is Outcome.FAILED and c.error_type == "asyncio.exceptions.CancelledError"
     c = await h.run("exits")
-    assert c.outcome is Outcome.ERROR and c.error_type == "SystemExit"
+    assert c.outcome is Outcome.FAILED and c.error_type == "SystemExit"
 
 
 async def test_sync_handlers_run_in_the_thread_pool(h: Harness) -> None:
@@ -255,7 +259,7 @@ async def test_sync_handlers_run_in_the_thread_pool(h: Harness) -> None:
 
 async def test_args_that_no_longer_fit_fail_without_retry(h: Harness) -> None:
     c = await h.run("ok", '{"n": "not a number"}')
-    assert (c.status, c.outcome) == ("failed", Outcome.FAIL_NOW)
+    assert (c.status, c.outcome) == ("failed", Outcome.FAIL)
     assert "n" in (c.error_message or "")
 
 
@@ -298,7 +302,7 @@ async def test_an_attempt_asked_to_stop_while_admission_decides_never_starts(
         h.registry.fire(entry, reason, asyncio.get_running_loop().time())
         return None  # admitted
 
-    h.executor.admit = admit  # type: ignore[assignment]
+    h.executor.config = dataclasses.replace(h.executor.config, admit=admit)
     h.take_permit()
     entry = h.registry.add(job(8, "records_start"), asyncio.get_running_loop().time() + 3600)
     await h.executor.run_once(entry)
