@@ -3,9 +3,9 @@ real statements (the companion of tests/model/protocol.py, on the same bench).
 
 A schedule's fires are claimed and completed by two simulated workers with the
 statements a worker runs: ``WorkerStore.store_schedules`` (start-up: declare, or drop
-what the code no longer declares), ``WorkerStore.ensure_fires`` (start-up and every
+what the code no longer declares), ``worker.fires.ensure_fires`` (start-up and every
 recovery pass: re-plant a schedule with no pending fire), a completion carrying the
-schedule's successor (``schedules.successor_feature``, as ``Supervisor._chain`` builds
+schedule's successor (``schedules.successor_feature``, as ``worker.fires.Fires.chain`` builds
 it: the ``next_fire`` part of ``complete_executions``); the operator pauses and resumes
 it (``schedules.pause`` / ``schedules.resume``; once racing a fire's completion whose
 snapshot predates the pause), cancels a pending fire, and enqueues other jobs of the
@@ -51,6 +51,7 @@ from acta_sqla.database import asyncpg_dsn
 from acta_sqla.policy import Policy
 from acta_sqla.values import ClaimedJob, Completion
 from acta_sqla.worker import admission, completions
+from acta_sqla.worker import fires as worker_fires
 from acta_sqla.worker.recovery import run_recovery
 from tests.model.protocol import ERROR, STATS, Bench, ModelViolation, expect
 
@@ -99,7 +100,7 @@ class SimWorker:
     limit: int = LIMITS[0]
     """The key's limit as this worker last loaded the definitions."""
     policy: Policy = field(default_factory=lambda: APP.handlers["tick"].policy)
-    """The kind's policy as this worker last loaded it (``Supervisor.reload_definitions``:
+    """The kind's policy as this worker last loaded it (``worker/definitions.py``:
     the declared policy merged with the stored overrides)."""
 
 
@@ -145,7 +146,7 @@ class ScheduleMachine(RuleBasedStateMachine):
     def fires(self) -> list[Any]:
         return self.fetch(
             "SELECT j.id, j.status, j.scheduled_at, j.attempts, "
-            "(SELECT count(*) FROM acta.execution e WHERE e.job_id = j.id) AS runs "
+            "(SELECT count(*) FROM acta.attempt e WHERE e.job_id = j.id) AS runs "
             "FROM acta.job j WHERE j.schedule_name = $1 ORDER BY j.id",
             NAME,
         )
@@ -159,7 +160,7 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     def plant(self, w: SimWorker) -> None:
         """A worker's start-up or recovery pass: ``ensure_fires`` with its code's schedules."""
-        found = self.run(w.store.ensure_fires({NAME: SCHEDULE} if w.declares else {}))
+        found = self.run(worker_fires.ensure_fires(w.store, {NAME: SCHEDULE} if w.declares else {}))
         STATS["sched planted"] += len(found)
 
     def operator(self, action: Any) -> Any:
@@ -283,7 +284,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.run(w.store.complete_executions([verdict]))
 
     def chained(self, w: SimWorker, job: ClaimedJob, completion: Completion) -> Completion:
-        """``Supervisor._chain``: a fire's completion carries its successor, if this
+        """``Fires.chain``: a fire's completion carries its successor, if this
         worker's code declares the schedule; the clock is the model's."""
         if not w.declares or job.scheduled_at is None:
             return completion
@@ -335,8 +336,8 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @rule(worker=st.integers(0, 1))
     def recovery_pass(self, worker: int) -> None:
-        """``Supervisor._recover``: ``run_recovery`` (expired leases, dead workers), then
-        ``ensure_fires``: a chain a path without a fire's completion broke is re-planted."""
+        """The supervisor's recovery pass: ``run_recovery`` (expired leases, dead workers),
+        then ``Fires.ensure``: a chain a path without a fire's completion broke is re-planted."""
         w = self.workers[worker]
         if w.store.worker_id in self.dead:
             return
@@ -512,7 +513,12 @@ class ScheduleMachine(RuleBasedStateMachine):
             completing = asyncio.ensure_future(
                 w.store.complete_executions([self.ending(w, h, shape)])
             )
-            await until(lambda: blocked_by(holder), "the completion waiting for the fire's row")
+
+            async def waiting() -> bool:
+                # Or done: a stale attempt's completion matches no row, and waits for none.
+                return completing.done() or await blocked_by(holder)
+
+            await until(waiting, "the completion waiting for the fire's row")
             pausing = asyncio.ensure_future(sched.pause(pauser, "acta", "default", NAME))
             pause_pid = pauser.get_server_pid()
 
