@@ -233,6 +233,9 @@ class Bench:
     conn: asyncpg.Connection
     stores: list[WorkerStore]
     engine: Engine
+    extra: list[asyncpg.Connection] = field(default_factory=list)
+    """More connections a machine opens when it needs them (tests/model/schedules.py's
+    race), closed with the bench."""
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)

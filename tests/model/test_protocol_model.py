@@ -26,6 +26,7 @@ from acta_sqla.database import asyncpg_dsn
 from acta_sqla.settings import Timings
 from acta_sqla.store import WorkerStore
 from tests.model.protocol import STATS, Bench, count_rules, machine_for
+from tests.model.schedules import schedule_machine_for
 
 pytestmark = pytest.mark.model
 
@@ -49,6 +50,8 @@ def bench(database_url: str, _reset_sql: str) -> Bench:
     finally:
         for s in stores:
             loop.run_until_complete(s.close())
+        for extra in made.extra:
+            loop.run_until_complete(extra.close())
         loop.run_until_complete(conn.close())
         engine.dispose()
         loop.close()
@@ -69,6 +72,34 @@ def test_the_worker_protocol_keeps_its_invariants(bench: Bench) -> None:
             settings=settings(
                 max_examples=EXAMPLES,
                 stateful_step_count=STEPS,
+                deadline=None,
+                database=DirectoryBasedExampleDatabase(DATABASE),
+                print_blob=True,
+                suppress_health_check=list(HealthCheck),
+                phases=(Phase.explicit, Phase.reuse, Phase.generate, *shrink),
+            ),
+        )
+    finally:
+        if os.environ.get("ACTA_MODEL_STATS"):
+            print(f"{time.monotonic() - began:.1f}s", dict(STATS))
+
+
+SCHEDULE_EXAMPLES = int(os.environ.get("ACTA_MODEL_SCHEDULE_EXAMPLES", "20"))
+SCHEDULE_STEPS = int(os.environ.get("ACTA_MODEL_SCHEDULE_STEPS", "30"))
+
+
+@pytest.mark.timeout(600)
+def test_schedules_dead_workers_and_live_limits_keep_their_invariants(bench: Bench) -> None:
+    """tests/model/schedules.py: a schedule's fires, pause, resume, drop and re-planting;
+    dead-worker marking; a key's limit changed live."""
+    shrink = () if os.environ.get("ACTA_MODEL_NO_SHRINK") else (Phase.shrink,)
+    began = time.monotonic()
+    try:
+        run_state_machine_as_test(
+            schedule_machine_for(bench),
+            settings=settings(
+                max_examples=SCHEDULE_EXAMPLES,
+                stateful_step_count=SCHEDULE_STEPS,
                 deadline=None,
                 database=DirectoryBasedExampleDatabase(DATABASE),
                 print_blob=True,
