@@ -121,9 +121,21 @@ async def run_worker(
     burst: bool = False,
 ) -> None:
     from .. import _faults
+
+    # No testing.inline mode while this process runs a worker (set back when it ends: a
+    # command run in-process, as a test does, must not leave its process marked for good).
+    marked, _faults.worker_process = _faults.worker_process, True
+    try:
+        await _run(app, executors, namespace, grace, burst)
+    finally:
+        _faults.worker_process = marked
+
+
+async def _run(
+    app: Acta, executors: int | None, namespace: str | None, grace: float, burst: bool
+) -> None:
     from ..worker import Worker
 
-    _faults.worker_process = True  # no testing.inline mode in a worker process
     given = {"executors": "--executors"} | ({"namespace": "--namespace"} if namespace else {})
     settings = load_settings(given, executors=executors, namespace=namespace or app.namespace)
     worker = Worker(app, settings, grace=grace, burst=burst)

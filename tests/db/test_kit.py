@@ -35,6 +35,18 @@ from acta_sqla.testing import (
 from tests.waiting import until
 
 app = Acta(namespace="kit")
+
+
+@app.job
+async def sees_the_mark(ctx: Context) -> bool:
+    """Whether the process is marked as an ``acta worker``'s while a handler runs."""
+    seen = seam.worker_process
+    if seen:
+        with pytest.raises(ConfigurationError, match="runs an acta worker"), inline(app):
+            pass
+    return seen
+
+
 ran: list[tuple[int, int]] = []
 
 
@@ -330,17 +342,21 @@ async def test_inline_is_refused_inside_a_worker(db: str, async_session: AsyncSe
 
 
 async def test_the_worker_command_marks_its_process(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    db: str, async_session: AsyncSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``acta worker`` (run_worker, here in burst mode) marks the process: inline refuses."""
+    """``acta worker`` (run_worker, here in burst mode) marks the process while it runs:
+    inline refuses then; the mark is set back when the command returns (a command run
+    in-process, as a test does, leaves nothing behind)."""
     from acta_sqla.cli.worker import run_worker
 
     monkeypatch.setattr(seam, "worker_process", False)
     monkeypatch.setenv("ACTA_DATABASE_URL", db)
+    job = await app.enqueue(async_session, sees_the_mark.job())
+    await async_session.commit()
     await run_worker(app, burst=True)
-    assert seam.worker_process is True
-    with pytest.raises(ConfigurationError, match="runs an acta worker"), inline(app):
-        pass
+    await async_session.refresh(job)
+    assert job.result is True  # the handler ran while the process was marked
+    assert seam.worker_process is False
 
 
 async def test_a_crash_kills_a_running_worker_too(db: str, async_session: AsyncSession) -> None:
