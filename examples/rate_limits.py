@@ -7,7 +7,6 @@ the meter says, uncharged.
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
@@ -47,7 +46,9 @@ async def run(url: str, schema: str) -> None:
                 break
             await asyncio.sleep(0.1)
         # Every attempt (acta.attempt, the one place to read a job's history) keeps when it
-        # was claimed (the database's clock, the meter's).
+        # was claimed, on the database's clock, the meter's. A claim comes before its
+        # admission, so single gaps can be a little under 0.5 s on a busy machine; the
+        # first to the last claim of 4 calls at 2/s span at least 1 s whatever the load.
         claimed = (
             await session.scalars(
                 select(attempt_history.c.claimed_at)
@@ -55,8 +56,8 @@ async def run(url: str, schema: str) -> None:
                 .order_by(attempt_history.c.claimed_at)
             )
         ).all()
-        gap = min((b - a).total_seconds() for a, b in itertools.pairwise(claimed))
-        print(f"api:acme made {len(claimed)} calls, starts at least {gap:.2f} s apart")
+        span = (claimed[-1] - claimed[0]).total_seconds()
+        print(f"api:acme made {len(claimed)} calls over {span:.2f} s")
         print("attempts charged:", sorted({job.attempts for job in jobs}))
     await engine.dispose()
 
