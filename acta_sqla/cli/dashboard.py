@@ -14,7 +14,7 @@ page whose name resolves to 127.0.0.1 (DNS rebinding) cannot reach it from a bro
 from __future__ import annotations
 
 import socket
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -22,6 +22,15 @@ from ._common import EXIT_CONFIGURATION, cli_namespace, fail, run_cli
 from .db import DatabaseUrl, _database
 
 PASSWORD_ENV = "ACTA_DASHBOARD_PASSWORD"
+
+
+def _missing_extra(exc: ImportError) -> NoReturn:
+    """One line for a dashboard import the ``dashboard`` extra would have brought."""
+    fail(
+        f"the dashboard needs the 'dashboard' extra ({exc.name} is missing): "
+        "pip install 'acta-sqla[dashboard]'",
+        command="acta dashboard",
+    )
 
 
 @run_cli
@@ -51,11 +60,7 @@ def dashboard(
         from ..dashboard.security import hosts_for_bind, is_loopback
         from ..dashboard.settings import DashboardSettings, settings_problem
     except ImportError as exc:
-        fail(
-            f"the dashboard needs the 'dashboard' extra ({exc.name} is missing): "
-            "pip install 'acta-sqla[dashboard]'",
-            command="acta dashboard",
-        )
+        _missing_extra(exc)
     from pydantic import ValidationError
 
     try:
@@ -75,11 +80,7 @@ def dashboard(
 
         from ..dashboard import acta_dashboard
     except ImportError as exc:
-        fail(
-            f"the dashboard needs the 'dashboard' extra ({exc.name} is missing): "
-            "pip install 'acta-sqla[dashboard]'",
-            command="acta dashboard",
-        )
+        _missing_extra(exc)
     from loguru import logger
 
     chosen = cli_namespace(namespace) if namespace is not None else None
