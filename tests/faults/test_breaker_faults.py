@@ -5,6 +5,7 @@ probe closes it, every job ends succeeded (tests/e2e/app_breaker.py is the app).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,15 +27,35 @@ def start(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[
         yield workers
 
 
-def probe_of(sql: Sql) -> tuple[int, int] | None:
-    """The half-open breaker's live probe: (job id, pid of the worker running it)."""
+def probe_of(sql: Sql) -> tuple[int, int, int] | None:
+    """The half-open breaker's live probe: (job id, execution id, pid of its worker)."""
     rows = sql(
-        "SELECT j.id, w.pid FROM acta.breaker b "
+        "SELECT j.id, b.probe_executions[1], w.pid FROM acta.breaker b "
         "JOIN acta.job j ON j.id = b.probe_jobs[1] AND j.status = 'executing' "
         "JOIN acta.worker w ON w.id = j.worker_id "
         "WHERE b.kind = 'call_dependency' AND b.state = 'half_open'"
     )
-    return (int(rows[0][0]), int(rows[0][1])) if rows else None
+    return (int(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
+
+
+def hanging_probe(sql: Sql, runs_log: Path, hangs_from: float) -> tuple[int, float, int] | None:
+    """The live probe that hangs: (job id, its handler's start, pid of its worker).
+
+    Only this execution's lines count (the job's earlier attempts, from before the breaker
+    opened, have start lines of their own). A probe that started before the hang was set
+    may still fail on the down dependency (and the breaker opens again): it counts once
+    it has started after ``hangs_from``, or has not ended a second after it."""
+    found = probe_of(sql)
+    if found is None:
+        return None
+    job, execution, pid = found
+    lines = [r for r in read_runs(runs_log) if r.execution_id == execution]
+    starts = [r.t for r in lines if r.event == "start"]
+    if not starts or any(r.event != "start" for r in lines):
+        return None
+    if starts[0] > hangs_from or time.monotonic() > hangs_from + 1.0:
+        return (job, starts[0], pid)
+    return None
 
 
 def test_sigkill_of_the_worker_running_the_probe_does_not_leave_the_breaker_stuck(
@@ -55,15 +76,14 @@ def test_sigkill_of_the_worker_running_the_probe_does_not_leave_the_breaker_stuc
         what="the breaker to open",
     )
     # The dependency is back, but the next call (the probe) hangs.
+    hangs_from = time.monotonic()
     hangs.touch()
     down.unlink()
-    found = wait_for(lambda: probe_of(sql), timeout=30, what="a probe to start")
-    assert found is not None
-    probe, pid = found
-    wait_for(
-        lambda: any(r.job_id == probe and r.event == "start" for r in read_runs(runs_log)),
-        what="the probe's handler to start",
+    found = wait_for(
+        lambda: hanging_probe(sql, runs_log, hangs_from), timeout=30, what="a hanging probe"
     )
+    assert found is not None
+    probe, probe_start, pid = found
     victim = a if a.pid == pid else b
     survivor = b if victim is a else a
     killed_at = victim.kill()
@@ -79,9 +99,6 @@ def test_sigkill_of_the_worker_running_the_probe_does_not_leave_the_breaker_stuc
     runs = read_runs(runs_log)
     # While the dead probe held the half-open breaker's one place (until its lease ran
     # out, 2 s after the kill at most), no other job of the kind started.
-    probe_start = max(
-        r.t for r in runs if r.job_id == probe and r.event == "start" and r.t < killed_at
-    )
     held = [r.job_id for r in runs if r.event == "start" and probe_start < r.t < killed_at]
     assert held == [], f"jobs {held} started beside the probe"
     # After it: a new probe (the lease ran out), closing the breaker, then the rest.
