@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from .defaults import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS
 from .errors import ConfigurationError
 
 SCHEMA_HEAD = "0016"
@@ -69,7 +70,8 @@ DEFAULT_MAX_ATTEMPTS = 20
 """Default failure budget of a job (as Oban)."""
 DEFAULT_BACKOFF_BASE_SECONDS = 1.0
 DEFAULT_BACKOFF_MAX_SECONDS = 3600.0
-DEFAULT_GRACE_SECONDS = 30.0
+# DEFAULT_GRACE_SECONDS (imported above) lives in ``defaults``: `acta worker --help` shows
+# it without loading this module's pydantic-settings.
 MIN_EXECUTORS, MAX_EXECUTORS = 1, 1024
 """The executor count's bounds: ``ACTA_EXECUTORS``, ``acta worker --executors`` and
 ``in_process_worker(executors=)`` all go through :func:`check_executors` or these."""

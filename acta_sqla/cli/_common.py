@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import functools
 import importlib
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
 
-import asyncpg
 from loguru import logger
 
 from ..errors import ActaError, ConfigurationError, describe_error
-from ..settings import ActaSettings, load_settings, masked_url
+
+if TYPE_CHECKING:
+    from ..settings import ActaSettings
+
+# Imported where they are used, not with this module: ``acta --help`` and ``acta worker
+# --help`` load neither pydantic-settings (``..settings``) nor asyncpg. The error checks
+# below ask only modules already loaded: an exception of a class from a module that was
+# never imported cannot exist.
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -31,28 +36,28 @@ EXIT_CONFIGURATION = 2
 EXIT_INTERRUPTED = 130
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ActaError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    OSError,  # refused, unreachable, unknown host, timeouts (TimeoutError is an OSError)
-    subprocess.CalledProcessError,  # the embedded server's pg_ctl/initdb/psql failed
-    subprocess.TimeoutExpired,
-)
-"""Errors that mean the user's setup is wrong or unavailable, not that acta has a bug."""
+def _loaded(module: str, *names: str) -> tuple[type[BaseException], ...]:
+    """The exception classes ``names`` of ``module`` if it is loaded, else none: what was
+    never imported raised nothing, so a failing command imports no library to classify
+    its error (SQLAlchemy and Alembic, asked here, take a few hundred ms to import)."""
+    loaded = sys.modules.get(module)
+    if loaded is None:
+        return ()
+    return tuple(found for name in names if (found := getattr(loaded, name, None)) is not None)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    # Imported only when a command fails: `acta worker` never loads SQLAlchemy or Alembic
-    # for its own sake.
-    from alembic.util import CommandError  # unknown revision, nothing to downgrade, …
-    from sqlalchemy import exc as sa_exc
-
+    """Errors that mean the user's setup is wrong or unavailable, not that acta has a bug."""
     return (
-        *USER_ERRORS,
-        sa_exc.DBAPIError,  # connection refused, unknown database, permission denied, …
-        sa_exc.ArgumentError,  # a URL SQLAlchemy cannot parse
-        CommandError,
+        ActaError,
+        *_loaded("asyncpg", "PostgresError", "InterfaceError"),
+        OSError,  # refused, unreachable, unknown host, timeouts (TimeoutError is an OSError)
+        # The embedded server's pg_ctl/initdb/psql failed.
+        *_loaded("subprocess", "CalledProcessError", "TimeoutExpired"),
+        # Connection refused, unknown database, permission denied, …; a URL SQLAlchemy
+        # cannot parse.
+        *_loaded("sqlalchemy.exc", "DBAPIError", "ArgumentError"),
+        *_loaded("alembic.util", "CommandError"),  # unknown revision, nothing to downgrade
     )
 
 
@@ -69,6 +74,8 @@ def load_cli_settings(**overrides: Any) -> ActaSettings:
     """Settings from the environment and ``.env``, with the command line's options on top
     (``None`` means "not given"). A bad value raises ConfigurationError naming it: the
     option when it came from the command line, else the ``ACTA_*`` variable."""
+    from ..settings import load_settings
+
     return load_settings(OPTIONS, **overrides)
 
 
@@ -115,13 +122,17 @@ def configure_logging(level: str = "INFO") -> None:
 def shown_url(url: str) -> str:
     """``url`` fit to print: the password masked, the driver name kept; a URL that does not
     parse is shown as given, its password masked all the same."""
+    from ..settings import masked_url
+
     return masked_url(url)
 
 
 def _database_errors() -> tuple[type[BaseException], ...]:
-    from sqlalchemy import exc as sa_exc
-
-    return (sa_exc.DBAPIError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+    return (
+        *_loaded("sqlalchemy.exc", "DBAPIError"),
+        *_loaded("asyncpg", "PostgresError", "InterfaceError"),
+        OSError,
+    )
 
 
 @contextmanager
@@ -154,7 +165,8 @@ def _causes(exc: BaseException, depth: int = 5) -> Iterator[BaseException]:
 def _client_configuration(exc: BaseException) -> bool:
     """True when asyncpg refused the connection's settings before connecting (an invalid
     ``sslmode``, a missing root certificate, ...): a configuration error, whoever wraps it."""
-    return any(isinstance(e, asyncpg.ClientConfigurationError) for e in _causes(exc))
+    refused = _loaded("asyncpg", "ClientConfigurationError")
+    return bool(refused) and any(isinstance(e, refused) for e in _causes(exc))
 
 
 def fail(message: str, code: int = EXIT_FAILURE, command: str = "acta") -> NoReturn:
@@ -330,6 +342,8 @@ async def explain_stale_schema(exc: BaseException, url: str, schema: str) -> Non
     command that works pays nothing for it."""
     if _sqlstate(exc) not in STALE_SCHEMA_STATES:
         return
+    import asyncpg
+
     from ..database import asyncpg_dsn
     from ..queries.workers import schema_revision
     from ..settings import SCHEMA_HEAD, SCHEMA_VERSION_TABLE, schema_behind

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .. import database, embedded
-from ..settings import ActaSettings
 from ._common import load_cli_settings, on_database, run_cli, shown_url
+
+if TYPE_CHECKING:
+    from ..settings import ActaSettings
 
 app = typer.Typer(
     name="db",

@@ -14,15 +14,17 @@ import os
 import signal
 import sys
 import threading
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from loguru import logger
 
-from ..app import Acta
+from ..defaults import DEFAULT_GRACE_SECONDS
 from ..errors import ConfigurationError, WorkerCrashed
-from ..settings import DEFAULT_GRACE_SECONDS, check_executors, check_grace, load_settings
 from ._common import run_cli
+
+if TYPE_CHECKING:
+    from ..app import Acta
 
 __all__ = ["load_app", "run_worker", "serve", "worker"]
 
@@ -67,6 +69,8 @@ def serve(
 ) -> None:
     """Run the worker of the app ``module:attribute`` (None: ``ACTA_APP``, from the
     environment or ``.env``) until SIGTERM/SIGINT, or until idle with ``burst``."""
+    from ..settings import check_executors, check_grace, load_settings
+
     if executors is not None:
         check_executors(executors, f"--executors {executors}")
     check_grace(grace, f"--grace {grace:g}")
@@ -80,6 +84,8 @@ def serve(
 
 def load_app(spec: str | None) -> Acta:
     """Import ``module:attribute`` and return the Acta it names."""
+    from ..app import Acta  # the app imports it first (--help does not need it)
+
     if not spec:
         raise ConfigurationError(
             "no app given: pass --app module:attribute (e.g. --app myproject.jobs:acta) or set "
@@ -134,6 +140,7 @@ async def run_worker(
 async def _run(
     app: Acta, executors: int | None, namespace: str | None, grace: float, burst: bool
 ) -> None:
+    from ..settings import load_settings
     from ..worker import Worker
 
     given = {"executors": "--executors"} | ({"namespace": "--namespace"} if namespace else {})

@@ -135,3 +135,67 @@ def test_a_command_registered_on_the_app_itself_is_kept() -> None:
     result = CliRunner().invoke(extended, ["hello"])
     assert (result.exit_code, result.stdout) == (0, "hi\n")
     assert list(typer.main.get_command(extended).list_commands(None))[-1] == "hello"  # type: ignore[attr-defined,arg-type]
+
+
+HELP_PROBE = """
+import atexit, sys
+from acta_sqla.cli import main
+
+SETTINGS_AND_DATABASE = ("pydantic_settings", "asyncpg", "sqlalchemy", "alembic", "uvloop")
+
+def loaded():
+    top = sorted({m.split(".")[0] for m in sys.modules} & set(SETTINGS_AND_DATABASE))
+    print("loaded:", top, "acta_sqla.settings" in sys.modules, file=sys.stderr)
+
+atexit.register(loaded)
+sys.argv = ["acta", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["worker", "--help"], ["jobs", "--help"]])
+def test_help_reads_no_settings_and_loads_no_database_library(args: list[str]) -> None:
+    """Help is Typer's, from the commands' signatures: it imports neither pydantic-settings
+    (the settings module) nor asyncpg, SQLAlchemy or Alembic; the commands import them
+    when they run."""
+    done = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage: acta" in done.stdout
+    assert done.stderr.splitlines()[-1] == "loaded: [] False"
+
+
+CLASSIFY = """
+import sys
+from acta_sqla.cli._common import _failure
+
+print(_failure(ConnectionRefusedError(111, "Connection refused")))
+print(_failure(RuntimeError("a bug")))
+print(sorted({m.split(".")[0] for m in sys.modules} & {"sqlalchemy", "alembic", "asyncpg"}))
+"""
+
+
+def test_a_users_error_is_told_from_a_bug_without_importing_sqlalchemy() -> None:
+    """A command that fails before it touched the database (a worker whose database is
+    down, say) classifies its error without importing SQLAlchemy or Alembic for it: an
+    error of a library that was never imported cannot have been raised."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLASSIFY],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "('ConnectionRefusedError: [Errno 111] Connection refused', 1)",
+        "None",
+        "[]",
+    ]
