@@ -5,12 +5,15 @@ a process of its own) and in the smoke test of every command group's exit status
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
+from loguru import logger
 from sqlalchemy.engine import make_url
 
 from acta_sqla import embedded, migrate
@@ -299,26 +302,50 @@ def test_demo_on_the_embedded_default_says_the_server_keeps_running_and_how_to_s
         embedded.stop(data_dir)
 
 
+def test_a_command_run_in_process_sees_its_own_environment_and_leaves_the_process_as_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What tests/harness.py's invoke_acta must set for the call and put back after, or
+    # commands would leak into the tests after them: the environment (the caller's ACTA_*
+    # unset), the working folder (whose .env the command reads), the streams, Typer's
+    # excepthook, loguru's sinks.
+    monkeypatch.setenv("ACTA_NAMESPACE", "not a namespace")
+    url = "postgresql://app:s3cret@db.example/app"
+
+    def state() -> tuple[object, ...]:
+        handlers = len(logger._core.handlers)  # type: ignore[attr-defined]
+        return dict(os.environ), Path.cwd(), sys.stdout, sys.stderr, sys.excepthook, handlers
+
+    before = state()
+    shown = invoke_acta(url, None, tmp_path, "db", "url")
+    assert state() == before
+    assert (shown.returncode, shown.stdout) == (0, "postgresql://app:***@db.example/app\n")
+
+    (tmp_path / ".env").write_text("ACTA_NAMESPACE=not a namespace either\n")
+    refused = invoke_acta(url, None, tmp_path, "db", "url")
+    assert state() == before
+    assert "ACTA_NAMESPACE='not a namespace either'" in one_line_error(refused, "db url")
+
+
 def test_every_command_group_fails_in_one_line_from_a_real_process(
     acta_env_for: Callable[..., dict[str, str]], tmp_path: Path
 ) -> None:
     # The other tests run the commands in-process (tests/harness.py); this one runs the
-    # console script itself, once per command group: its one line on stderr and its
-    # non-zero exit status are the process's, as a shell or a monitor sees them.
+    # console script itself, once per command group (worker: tests/e2e/test_startup.py and
+    # test_database_url.py): its one line on stderr and its non-zero exit status are the
+    # process's, as a shell or a monitor sees them.
     mysql = "mysql://root@127.0.0.1/app"
     nothing_listening = "postgresql://postgres:pw@127.0.0.1:1/test"
     not_postgresql = "ACTA_DATABASE_URL='mysql://"
     cases: dict[tuple[str, ...], tuple[str, int, str, str]] = {
         ("db", "current"): (mysql, 2, "db current", not_postgresql),
-        ("jobs", "ls"): (nothing_listening, 1, "jobs ls", "127.0.0.1:1"),
+        # A usage error, as Click reports it, made one line by the console script.
+        ("jobs", "ls", "--bogus"): (mysql, 2, "jobs ls", "no such option: --bogus"),
         ("schedules", "ls"): (mysql, 2, "schedules ls", not_postgresql),
         ("definitions", "ls"): (nothing_listening, 1, "definitions ls", "127.0.0.1:1"),
         ("doctor",): (nothing_listening, 3, "doctor", "127.0.0.1:1"),
-        ("status",): (mysql, 2, "status", not_postgresql),
-        ("dashboard",): (mysql, 2, "dashboard", not_postgresql),
-        ("jobs", "ls", "--bogus"): (mysql, 2, "jobs ls", "no such option: --bogus"),
-        # An argv byte that is not UTF-8 (0xff) reaches the command as a lone surrogate,
-        # refused before any connection.
+        # A command of the top level; an argv byte that is not UTF-8 (0xff) reaches it as a
+        # lone surrogate, refused before any connection.
         ("pause", "k\udcff"): (nothing_listening, 1, "pause", r"kind='k\udcff' contains a lone"),
     }
     started = {
