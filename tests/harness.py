@@ -3,6 +3,8 @@ database, shared by the e2e and fault tiers (and anything else that spawns worke
 
 * :func:`acta_command` and :func:`spawn_worker`: the `acta` command, a worker with its
   output in a log file;
+* :func:`run_acta` and :func:`invoke_acta`: one `acta` command of a test, in a process of
+  its own or in the test's process (below);
 * :func:`worker_env`: the ONE way to build a worker's environment (only the test's
   ``ACTA_*`` settings, the test database, the run log, the checkout on ``PYTHONPATH``);
 * :class:`WorkerProcess`: one running worker (signal, kill, wait, alive, output,
@@ -14,10 +16,37 @@ database, shared by the e2e and fault tiers (and anything else that spawns worke
 * :class:`SqlRunner`: an autocommit connection that runs one statement, rows back (and
   reconnects, if asked, for a database that restarts under the test);
 * :func:`insert_jobs`: jobs straight into the ledger, as another application would.
+
+Real processes, and commands in-process
+---------------------------------------
+
+An `acta` process spends about half a second of CPU importing SQLAlchemy, pydantic, loguru
+and Typer before it does anything; the suite ran some 150 of them for operators' commands.
+So the commands that are not `acta worker` (``db``, ``jobs``, ``schedules``,
+``definitions``, ``status``, ``pause``, ``resume``, ``signal``, ``demo``, ``doctor``) run
+in the test's own process through :func:`invoke_acta`: the real Typer app under
+``typer.testing.CliRunner``'s isolation, parsed, run and its errors made one line by the
+console script's own ``run_app``, with the environment and the working folder the process
+would have had; the result has a process's shape (exit code, stdout, stderr).
+
+A real process (:func:`run_acta`, :func:`spawn_worker`, or ``subprocess`` in the test) stays
+where the process is what is tested:
+
+* `acta worker`, always (signals, its exit status, what its start-up loads, the process
+  mark that refuses ``testing.inline``, the ``--app`` module it imports);
+* each command group's one-line error and non-zero exit status from the console script
+  itself, an argv byte that is not UTF-8 among them
+  (tests/e2e/test_cli_db.py::test_every_command_group_fails_in_one_line_from_a_real_process);
+* a command that starts the embedded PostgreSQL (its first command in
+  tests/e2e/test_cli_db.py and test_cli_doctor.py: the server is started by, and
+  outlives, a process of its own; the commands after it find it running, in-process);
+* a command inside an async test (its ``asyncio.run`` cannot run inside the test's loop:
+  :func:`invoke_acta` refuses it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -174,6 +203,92 @@ def run_acta(
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def invoke_acta(
+    url: str | None,
+    namespace: str | None,
+    cwd: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_acta` without the process: the same `acta` command (the real Typer app,
+    parsed, run and its errors turned into one line exactly as the console script does:
+    ``configure_logging`` then ``run_app``), run inside this test process, in ``cwd``, with
+    ``os.environ`` set to exactly ``env`` (default ``worker_env(url,
+    ACTA_NAMESPACE=namespace)``; a None namespace sets none) for the call, under
+    ``typer.testing.CliRunner``'s isolation (its own stdin, stdout and stderr). The result
+    has the shape of a subprocess's: exit code, stdout, stderr.
+
+    Never for `acta worker` (see the module's docstring). What a command leaves in the
+    process is put back: the loguru sink it logs to (and acta's logs disabled again, as
+    the library keeps them), Typer's ``sys.excepthook``, the working folder, the
+    environment. A traceback in a command (a bug, not a user's mistake) is raised into the
+    test, as it is: the test fails showing it (and the command's stderr). No timeout of its
+    own: pytest-timeout's (the suite's ``timeout``, SIGALRM) stops a command that hangs,
+    showing where."""
+    import typer.testing
+    from loguru import logger
+
+    from acta_sqla.cli import app
+    from acta_sqla.cli._common import run_app
+    from acta_sqla.logging import worker_format
+
+    assert not args or args[0] != "worker", "acta worker runs in its own process: run_acta"
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("invoke_acta inside a running event loop (an async test): run_acta")
+    if env is None:
+        env = worker_env(url) if namespace is None else worker_env(url, ACTA_NAMESPACE=namespace)
+    else:
+        assert url is None and namespace is None, "give the environment or url and namespace"
+    # Exactly ``env``: what the process has beyond it (the caller's ACTA_* settings) is unset.
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k not in env}
+    overrides.update(env)
+
+    runner = typer.testing.CliRunner()
+    hook, folder = sys.excepthook, Path.cwd()
+    try:
+        with runner.isolation(env=overrides) as (out, err, _):
+            os.chdir(cwd)
+            # configure_logging's sink, without its logger.remove(): the test process's
+            # own sinks stay, and only this one is removed after.
+            sink = logger.add(
+                sys.stderr, level="INFO", format=worker_format, backtrace=False, diagnose=False
+            )
+            logger.enable("acta_sqla")
+            try:
+                run_app(app, list(args))
+            except SystemExit as exc:
+                code = exc.code
+            except BaseException as exc:
+                sys.stderr.flush()
+                exc.add_note(f"stderr of acta {' '.join(args)}:\n{err.getvalue().decode()}")
+                raise
+            else:  # run_app always exits
+                raise AssertionError("run_app returned")
+            finally:
+                logger.remove(sink)
+                logger.disable("acta_sqla")
+                sys.stdout.flush()
+                sys.stderr.flush()
+            stdout, stderr = out.getvalue(), err.getvalue()
+    finally:
+        sys.excepthook = hook
+        os.chdir(folder)
+    if code is None:
+        returncode = 0
+    elif isinstance(code, int):
+        returncode = code
+    else:  # SystemExit("message"): Python prints it and exits 1
+        stderr += f"{code}\n".encode()
+        returncode = 1
+    return subprocess.CompletedProcess(
+        ["acta", *args], returncode, stdout.decode(), stderr.decode("utf-8", "replace")
     )
 
 

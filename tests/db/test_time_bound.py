@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from acta_sqla import Acta, ConfigurationError, Context, Job, inspect
 from acta_sqla.durations import MAX_SECONDS, SPAN
 from acta_sqla.store import WorkerStore
-from tests.harness import Sql, one_line_error, run_acta
+from tests.harness import Sql, invoke_acta, one_line_error
 
 APP = Acta()
 
@@ -90,7 +90,7 @@ def test_definitions_set_past_the_bound_is_a_one_line_error(
         "INSERT INTO acta.definition (namespace, kind, declared) VALUES ('default', 'later', %s)",
         '{"max_attempts": 3}',
     )
-    out = run_acta(db, "default", tmp_path, "definitions", "set", "later", "backoff_base=1e13")
+    out = invoke_acta(db, "default", tmp_path, "definitions", "set", "later", "backoff_base=1e13")
     line = one_line_error(out, "definitions set")
     assert "backoff_base=" in line and "at most 1e10 seconds" in line, line
     assert sql("SELECT overrides::text FROM acta.definition") == [("{}",)]
@@ -123,9 +123,9 @@ async def test_inspect_reads_a_job_whose_due_time_is_out_of_range(
 def test_acta_jobs_ls_and_show_show_an_out_of_range_due_time(
     db: str, far_job: int, tmp_path: Path
 ) -> None:
-    ls = run_acta(db, "default", tmp_path, "jobs", "ls")
+    ls = invoke_acta(db, "default", tmp_path, "jobs", "ls")
     assert ls.returncode == 0, ls.stderr
     assert "beyond year 9999" in ls.stdout and "before 0001-01-02" in ls.stdout, ls.stdout
-    show = run_acta(db, "default", tmp_path, "jobs", "show", str(far_job))
+    show = invoke_acta(db, "default", tmp_path, "jobs", "show", str(far_job))
     assert show.returncode == 0, show.stderr
     assert "run_at: beyond year 9999" in show.stdout, show.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Sql, Workers, insert_jobs, one_line_error, run_acta
+from tests.harness import Sql, Workers, insert_jobs, invoke_acta, one_line_error
 from tests.waiting import wait_for
 
 APP = "tests.e2e.app_breaker:acta"
@@ -19,7 +19,7 @@ NAMESPACE = "breaker"
 
 
 def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_acta(db, NAMESPACE, tmp_path, *args)
+    return invoke_acta(db, NAMESPACE, tmp_path, *args)
 
 
 @pytest.fixture

@@ -1,22 +1,34 @@
-"""``acta db``, run as the real console script in a subprocess against scratch databases."""
+"""``acta db`` against scratch databases: run in-process (tests/harness.py's
+:func:`~tests.harness.invoke_acta`, the real Typer app and its one-line errors), and as the
+real console script in a subprocess where the embedded default server is started (it needs
+a process of its own) and in the smoke test of every command group's exit status."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
+from loguru import logger
 from sqlalchemy.engine import make_url
 
 from acta_sqla import embedded, migrate
-from tests.harness import acta_command, one_line_error, worker_env
+from tests.harness import acta_command, invoke_acta, one_line_error, worker_env
 
 CLI_TIMEOUT_SECONDS = 60
 
 
 def _acta(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """In-process (``cwd`` away from the repo, so that no developer's .env is read)."""
+    return invoke_acta(None, None, cwd, *args, env=env)
+
+
+def _acta_process(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The console script in a process of its own."""
     return subprocess.run(
         [*acta_command(), *args],
         env=env,
@@ -158,12 +170,13 @@ def test_embedded_default_when_no_url_is_configured(
     data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
-        up = _acta("db", "upgrade", env=env, cwd=tmp_path)
+        up = _acta_process("db", "upgrade", env=env, cwd=tmp_path)
         assert up.returncode == 0, up.stderr
         assert f"upgraded none -> {head} (head)" in up.stdout
         assert "embedded PostgreSQL" in up.stdout
 
-        # Left running for the next command, which finds it migrated.
+        # Left running for the next command, which finds it migrated (commands that find
+        # it running need no process of their own).
         current = _acta("db", "current", env=env, cwd=tmp_path)
         assert (current.returncode, current.stdout) == (0, f"{head} (head)\n")
 
@@ -215,7 +228,7 @@ def test_db_url_prints_the_embedded_servers_url_starting_it(
     data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
-        shown = _acta("db", "url", env=env, cwd=tmp_path)
+        shown = _acta_process("db", "url", env=env, cwd=tmp_path)
         assert shown.returncode == 0, shown.stderr
         url = shown.stdout.strip()
         assert url == f"postgresql://postgres@/acta?host={data_dir.resolve()}"
@@ -272,7 +285,7 @@ def test_demo_on_the_embedded_default_says_the_server_keeps_running_and_how_to_s
     data_dir = private_tmp / "pgdata"
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
-        demo = _acta("demo", "--users", "5", env=env, cwd=tmp_path)
+        demo = _acta_process("demo", "--users", "5", env=env, cwd=tmp_path)
         assert demo.returncode == 0, demo.stderr
         last = demo.stdout.splitlines()[-1]
         assert last == (
@@ -287,3 +300,69 @@ def test_demo_on_the_embedded_default_says_the_server_keeps_running_and_how_to_s
         assert not embedded.stop(data_dir)  # nothing left running
     finally:
         embedded.stop(data_dir)
+
+
+def test_a_command_run_in_process_sees_its_own_environment_and_leaves_the_process_as_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What tests/harness.py's invoke_acta must set for the call and put back after, or
+    # commands would leak into the tests after them: the environment (the caller's ACTA_*
+    # unset), the working folder (whose .env the command reads), the streams, Typer's
+    # excepthook, loguru's sinks.
+    monkeypatch.setenv("ACTA_NAMESPACE", "not a namespace")
+    url = "postgresql://app:s3cret@db.example/app"
+
+    def state() -> tuple[object, ...]:
+        handlers = len(logger._core.handlers)  # type: ignore[attr-defined]
+        return dict(os.environ), Path.cwd(), sys.stdout, sys.stderr, sys.excepthook, handlers
+
+    before = state()
+    shown = invoke_acta(url, None, tmp_path, "db", "url")
+    assert state() == before
+    assert (shown.returncode, shown.stdout) == (0, "postgresql://app:***@db.example/app\n")
+
+    (tmp_path / ".env").write_text("ACTA_NAMESPACE=not a namespace either\n")
+    refused = invoke_acta(url, None, tmp_path, "db", "url")
+    assert state() == before
+    assert "ACTA_NAMESPACE='not a namespace either'" in one_line_error(refused, "db url")
+
+
+def test_every_command_group_fails_in_one_line_from_a_real_process(
+    acta_env_for: Callable[..., dict[str, str]], tmp_path: Path
+) -> None:
+    # The other tests run the commands in-process (tests/harness.py); this one runs the
+    # console script itself, once per command group (worker: tests/e2e/test_startup.py and
+    # test_database_url.py): its one line on stderr and its non-zero exit status are the
+    # process's, as a shell or a monitor sees them.
+    mysql = "mysql://root@127.0.0.1/app"
+    nothing_listening = "postgresql://postgres:pw@127.0.0.1:1/test"
+    not_postgresql = "ACTA_DATABASE_URL='mysql://"
+    cases: dict[tuple[str, ...], tuple[str, int, str, str]] = {
+        ("db", "current"): (mysql, 2, "db current", not_postgresql),
+        # A usage error, as Click reports it, made one line by the console script.
+        ("jobs", "ls", "--bogus"): (mysql, 2, "jobs ls", "no such option: --bogus"),
+        ("schedules", "ls"): (mysql, 2, "schedules ls", not_postgresql),
+        ("definitions", "ls"): (nothing_listening, 1, "definitions ls", "127.0.0.1:1"),
+        ("doctor",): (nothing_listening, 3, "doctor", "127.0.0.1:1"),
+        # A command of the top level; an argv byte that is not UTF-8 (0xff) reaches it as a
+        # lone surrogate, refused before any connection.
+        ("pause", "k\udcff"): (nothing_listening, 1, "pause", r"kind='k\udcff' contains a lone"),
+    }
+    started = {
+        args: subprocess.Popen(
+            [*acta_command(), *args],
+            env=acta_env_for(url),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args, (url, *_) in cases.items()
+    }
+    for args, proc in started.items():
+        stdout, stderr = proc.communicate(timeout=CLI_TIMEOUT_SECONDS)
+        result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        _, code, command, says = cases[args]
+        line = one_line_error(result, command)
+        assert (result.returncode, says in line) == (code, True), (args, line)
+        assert ":pw@" not in line  # a password is never printed

@@ -1,6 +1,7 @@
-"""``acta doctor``, run as the real console script against real databases broken on
-purpose: its exit codes (0 healthy, 1 warnings, 2 problems, 3 could not look), its
-``--json`` document, ``--namespace``, and the embedded default."""
+"""``acta doctor``, run in-process as the console script runs it (tests/harness.py's
+:func:`~tests.harness.invoke_acta`) against real databases broken on purpose: its exit
+codes (0 healthy, 1 warnings, 2 problems, 3 could not look), its ``--json`` document,
+``--namespace``, and the embedded default (started by a real process)."""
 
 from __future__ import annotations
 
@@ -22,20 +23,14 @@ from tests.db.test_doctor import (
     vacuum,
     worker_row,
 )
-from tests.harness import acta_command, worker_env
+from tests.harness import acta_command, invoke_acta, worker_env
 
 CLI_TIMEOUT_SECONDS = 60
 
 
 def doctor(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*acta_command(), "doctor", *args],
-        env=env,
-        cwd=cwd,  # away from the repo, so that no developer's .env is read
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_SECONDS,
-    )
+    # cwd away from the repo, so that no developer's .env is read
+    return invoke_acta(None, None, cwd, "doctor", *args, env=env)
 
 
 def as_json(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -240,14 +235,7 @@ def test_a_backlog_no_worker_serves_is_in_status_and_a_doctor_problem(
     vacuum(db)
     ready_jobs(db, "mail", due_seconds_ago=600, n=5)
 
-    status = subprocess.run(
-        [*acta_command(), "status"],
-        env=acta_env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_SECONDS,
-    )
+    status = invoke_acta(None, None, tmp_path, "status", env=acta_env)
     assert status.returncode == 0, status.stderr
     assert "no namespaces yet" not in status.stdout
     [mail] = [line.split() for line in status.stdout.splitlines() if line.startswith("mail")]

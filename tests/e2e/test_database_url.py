@@ -17,7 +17,7 @@ from sqlalchemy import text
 from acta_sqla import migrate
 from acta_sqla.dashboard import acta_dashboard
 from acta_sqla.database import create_engine
-from tests.harness import SqlRunner, insert_jobs, one_line_error, run_acta
+from tests.harness import SqlRunner, insert_jobs, invoke_acta, one_line_error, run_acta
 
 APP = "tests.e2e.app:acta"
 NS = "e2e"
@@ -43,7 +43,7 @@ def test_libpq_parameters_work_in_every_command_and_the_worker(
     [head] = migrate.heads()
 
     def acta(*args: str) -> subprocess.CompletedProcess[str]:
-        return run_acta(url, NS, tmp_path, *args, timeout=WORKER_TIMEOUT_SECONDS)
+        return invoke_acta(url, NS, tmp_path, *args)
 
     assert _ok(acta("db", "current")) == "none\n"
     assert f"upgraded none -> {head} (head)" in _ok(acta("db", "upgrade"))
@@ -52,7 +52,11 @@ def test_libpq_parameters_work_in_every_command_and_the_worker(
     sql = SqlRunner(plain)
     try:
         [job_id] = insert_jobs(sql, NS, "work", args='{"n": 7}')
-        _ok(acta("worker", "--app", APP, "--burst"))
+        _ok(
+            run_acta(
+                url, NS, tmp_path, "worker", "--app", APP, "--burst", timeout=WORKER_TIMEOUT_SECONDS
+            )
+        )
         [(status,)] = sql("SELECT status FROM acta.job WHERE id = %s", job_id)
         assert status == "succeeded"
     finally:
@@ -119,7 +123,7 @@ def test_an_invalid_libpq_value_is_one_line_in_a_command(
 ) -> None:
     url = _with_parameters(database_url, "sslmode=bogus")
 
-    result = run_acta(url, NS, tmp_path, *args, timeout=WORKER_TIMEOUT_SECONDS)
+    result = invoke_acta(url, NS, tmp_path, *args)
 
     line = one_line_error(result, " ".join(args))
     assert result.returncode == 2

@@ -15,9 +15,9 @@ from tests.harness import (
     Sql,
     Workers,
     insert_jobs,
+    invoke_acta,
     one_line_error,
     read_runs,
-    run_acta,
 )
 from tests.waiting import wait_for
 
@@ -36,7 +36,7 @@ def workers(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Worke
 
 
 def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_acta(db, NAMESPACE, tmp_path, *args)
+    return invoke_acta(db, NAMESPACE, tmp_path, *args)
 
 
 def applied(workers: Workers, text: str) -> bool:

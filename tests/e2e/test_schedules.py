@@ -15,7 +15,7 @@ import pytest
 from acta_sqla import schedules
 from acta_sqla.database import asyncpg_dsn
 from tests.e2e.app_schedules import FIRE_FIELDS
-from tests.harness import Sql, Workers, one_line_error, read_runs, run_acta
+from tests.harness import Sql, Workers, invoke_acta, one_line_error, read_runs, run_acta
 from tests.waiting import until, wait_for
 
 APP = "tests.e2e.app_schedules:acta"
@@ -30,7 +30,7 @@ def worker(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Worker
 
 
 def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_acta(db, NAMESPACE, tmp_path, *args)
+    return invoke_acta(db, NAMESPACE, tmp_path, *args)
 
 
 def count(sql: Sql, where: str) -> int:
@@ -168,9 +168,12 @@ async def test_no_new_fire_once_a_pause_has_committed(
         start()
         conn = await asyncpg.connect(asyncpg_dsn(db))
         try:
-            # The first through the command itself, the others through the function it runs.
+            # The first through the command itself (its own process: the test's event loop
+            # runs here, the command's asyncio.run cannot), the others through the function
+            # it runs.
             await until(lambda: [r for r in read_runs(runs_log) if r.event == "end"], 30)
-            assert "paused" in acta(db, tmp_path, "schedules", "pause", "every-second").stdout
+            paused = run_acta(db, NAMESPACE, tmp_path, "schedules", "pause", "every-second")
+            assert "paused" in paused.stdout
             violations = []
             for i in range(PAUSES):
                 ended = sum(r.event == "end" for r in read_runs(runs_log))

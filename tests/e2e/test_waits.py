@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Sql, Workers, insert_jobs, read_runs, run_acta
+from tests.harness import Sql, Workers, insert_jobs, invoke_acta, read_runs
 from tests.waiting import wait_for
 
 APP = "tests.e2e.app_waits:acta"
 NAMESPACE = "waits"
-CLI_TIMEOUT = 60
 
 
 @pytest.fixture
@@ -29,7 +28,7 @@ def workers(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Worke
 
 
 def acta(db: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_acta(db, NAMESPACE, tmp_path, *args, timeout=CLI_TIMEOUT)
+    return invoke_acta(db, NAMESPACE, tmp_path, *args)
 
 
 def status(sql: Sql, job_id: int) -> str:

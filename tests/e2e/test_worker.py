@@ -5,10 +5,11 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from tests.harness import acta_command, insert_jobs, read_runs, worker_env
+from tests.harness import insert_jobs, invoke_acta, read_runs
 from tests.harness import run_acta as harness_run_acta
 from tests.waiting import wait_for
 
@@ -120,13 +121,9 @@ def test_the_grace_period_ends_in_a_cancel(sql, start_worker, runs_log) -> None:
 
 
 def run_acta(db: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*acta_command(), *args],
-        env=worker_env(db, ACTA_NAMESPACE="e2e"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """An operator's command (never `acta worker`), in-process (tests/harness.py), in the
+    folder pytest runs in, as the process it replaces did."""
+    return invoke_acta(db, "e2e", Path.cwd(), *args)
 
 
 def test_cancel_stops_an_executing_job_within_a_heartbeat(db, sql, start_worker, runs_log) -> None:  # type: ignore[no-untyped-def]
