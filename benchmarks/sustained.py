@@ -323,7 +323,8 @@ SELECT pg_relation_size('acta.job') AS heap, pg_indexes_size('acta.job') AS inde
        extract(epoch FROM clock_timestamp() - s.last_autoanalyze) AS last_aa_s
 FROM pg_stat_user_tables s WHERE s.relid = 'acta.job'::regclass
 """
-
+CHECKPOINTS_SQL = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+CHECKPOINTS_SQL_17 = "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
 REPLICATION_SQL = """
 SELECT extract(epoch FROM replay_lag) * 1000 AS lag_ms,
        pg_wal_lsn_diff(sent_lsn, replay_lsn) / 1024.0 AS lag_kb
@@ -351,6 +352,10 @@ async def sample(
     stats = await db_stats(admin, database)
     row["wal_bytes_total"] = stats.wal_bytes
     row["xact_commit_total"] = stats.xact_commit
+    try:
+        row["checkpoints"] = await admin.fetchval(CHECKPOINTS_SQL)
+    except asyncpg.UndefinedColumnError:  # PostgreSQL 17: pg_stat_checkpointer
+        row["checkpoints"] = await admin.fetchval(CHECKPOINTS_SQL_17)
     lag = await admin.fetchrow(REPLICATION_SQL)  # no row without a standby
     if lag is not None:
         row.update(dict(lag))
@@ -373,6 +378,7 @@ COLUMNS = (
     ("autovacuum_count", "av", "{:.0f}"),
     ("autoanalyze_count", "aa", "{:.0f}"),
     ("wal_b_per_job", "WAL B/job", "{:,.0f}"),
+    ("checkpoints", "ckpt", "{:.0f}"),
     ("pg_us_per_job", "PG us/job", "{:.0f}"),
     ("worker_us_per_job", "wk us/job", "{:.0f}"),
     ("load1", "load", "{:.1f}"),
@@ -385,7 +391,7 @@ SAMPLE_KEYS = (
     *("t_s", "enqueued", "finished", "p50", "p99", "max", "ready", "oldest_s", "heap_mb"),
     *("indexes_mb", "execution_mb", "n_live_tup", "n_dead_tup", "autovacuum_count"),
     *("autoanalyze_count", "last_av_s", "wal_bytes", "pg_cpu_s", "worker_cpu_s", "load1"),
-    *("lag_ms", "lag_kb"),
+    *("checkpoints", "lag_ms", "lag_kb"),
 )
 """What the JSON line keeps of each sample."""
 
@@ -457,6 +463,12 @@ async def replica_checks(runner: Runner, replica_dsn: str, namespace: str) -> di
     out["jobs cancel (a write)"] = {"rc": rc, "tail": text[-400:]}
     say(f"replica: acta jobs cancel {some_id}: rc {rc}: {text.splitlines()[-1:]}")
     paths = [(n, p.replace("kind_3", KIND)) for n, p in pages(2 * (some_id or 0))]
+    # The GET pages that benchmarks.dashboard does not time.
+    paths += [
+        ("scheduled", "/scheduled"),
+        ("retrying", "/retrying"),
+        ("a kind", f"/definitions/{KIND}"),
+    ]
     results = []
     for read_only in (False, True):
         apps = {
