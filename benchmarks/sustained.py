@@ -32,10 +32,12 @@ Every ``--interval`` seconds (default 30) one row: jobs enqueued and finished in
 window, claim latency (``started_at - run_at`` of the jobs started in the window: p50,
 p99, max; the no-op handler ends in microseconds), the ready backlog and its oldest due
 job's age, ``acta.job``'s heap and index sizes, live and dead tuples, autovacuum and
-autoanalyze counts (``pg_stat_user_tables``), WAL bytes (``pg_stat_wal``), the CPU of the
-cluster's processes and of the worker per job, and the load average. Then the table
-again, a summary (first third of the run against the last) and one JSON line.
-Exits 1 when the worker died or a measurement failed.
+autoanalyze counts (``pg_stat_user_tables``), WAL bytes (``pg_stat_wal``), the cluster's
+checkpoints so far, the CPU of the cluster's processes and of the worker per job, and the
+load average (with ``--replica``, the standby's replay lag). Then the table
+again, a summary (first third of the run against the last) and one JSON line. Exits 1
+when the worker had to be killed at the end; an error (a worker that exits early, a drain
+that fails its check, the enqueuer's) ends the run with its traceback.
 """
 
 from __future__ import annotations
