@@ -67,16 +67,8 @@ if __package__ in (None, ""):  # run as a file: python benchmarks/sustained.py
 import asyncpg
 
 from acta_sqla.settings import PRUNE_CHUNK, PRUNE_CHUNKS
+from benchmarks import measure
 from benchmarks.harness import Options, Runner, with_database
-from benchmarks.measure import (
-    CLK_TCK,
-    cpu_delta_s,
-    db_stats,
-    loadavg,
-    pids_of,
-    postgres_cpu,
-    proc_cpu_ticks,
-)
 from benchmarks.report import render
 from benchmarks.run import server_info
 from benchmarks.systems import Acta
@@ -224,7 +216,7 @@ async def ceiling(
             f"ceiling trial {trial + 1}/{trials}: {total:,.0f} jobs/s steady "
             f"({' + '.join(format(r['jobs_per_s_steady'] or 0, ',.0f') for r in rs)}), "
             f"{from_spawn[-1]:,.0f} from spawn, PG {pg_us[-1]:.0f} us/job, load "
-            f"{loadavg()[0]:.2f}"
+            f"{measure.loadavg()[0]:.2f}"
         )
     return runners, {
         "databases": databases,
@@ -335,7 +327,7 @@ FROM pg_stat_replication LIMIT 1
 
 
 def worker_cpu_s(pid: int) -> float:
-    return (proc_cpu_ticks(pid) or 0) / CLK_TCK
+    return (measure.proc_cpu_ticks(pid) or 0) / measure.CLK_TCK
 
 
 async def sample(
@@ -351,7 +343,7 @@ async def sample(
     row["finished"] = await conn.fetchval(FINISHED_SQL, namespace, w0, w1)
     row.update(dict(await conn.fetchrow(BACKLOG_SQL, namespace)))
     row.update(dict(await conn.fetchrow(TABLE_SQL)))
-    stats = await db_stats(admin, database)
+    stats = await measure.db_stats(admin, database)
     row["wal_bytes_total"] = stats.wal_bytes
     row["xact_commit_total"] = stats.xact_commit
     try:
@@ -542,9 +534,9 @@ async def sustained(
         task = asyncio.create_task(enq.run(stop))
         t0 = time.monotonic()
         w0 = await conn.fetchval("SELECT clock_timestamp()")
-        stats0 = await db_stats(runner.admin, database)
+        stats0 = await measure.db_stats(runner.admin, database)
         wal0, enq0 = stats0.wal_bytes, 0
-        cpu0, wcpu0 = postgres_cpu(set()), worker_cpu_s(p.pid)
+        cpu0, wcpu0 = measure.postgres_cpu(set()), worker_cpu_s(p.pid)
         end = t0 + args.minutes * 60
         while True:
             next_at = min(end, t0 + (len(rows) + 1) * args.interval)
@@ -559,7 +551,7 @@ async def sustained(
                 await asyncio.sleep(min(0.5, max(0.0, next_at - time.monotonic())))
             w1, r = await sample(conn, runner.admin, database, namespace, w0)
             span = (w1 - w0).total_seconds()
-            cpu1, wcpu1 = postgres_cpu(set()), worker_cpu_s(p.pid)
+            cpu1, wcpu1 = measure.postgres_cpu(set()), worker_cpu_s(p.pid)
             done = r["finished"] or 0
             r.update(
                 t_s=time.monotonic() - t0,
@@ -571,9 +563,11 @@ async def sustained(
                 execution_mb=r["execution"] / 2**20,
                 wal_bytes=r["wal_bytes_total"] - wal0,
                 wal_b_per_job=(r["wal_bytes_total"] - wal0) / done if done else None,
-                pg_cpu_s=cpu_delta_s(cpu0, cpu1, only=await pids_of(runner.admin, database)),
+                pg_cpu_s=measure.cpu_delta_s(
+                    cpu0, cpu1, only=await measure.pids_of(runner.admin, database)
+                ),
                 worker_cpu_s=wcpu1 - wcpu0,
-                load1=loadavg()[0],
+                load1=measure.loadavg()[0],
                 late_ticks=enq.late_ticks,
             )
             r["pg_us_per_job"] = r["pg_cpu_s"] / done * 1e6 if done else None
@@ -664,12 +658,12 @@ async def main_async(args: argparse.Namespace) -> int:
                 "cpus": os.cpu_count(),
                 "python": platform.python_version(),
                 "postgres": await server_info(admin),
-                "loadavg_start": loadavg(),
+                "loadavg_start": measure.loadavg(),
             }
             say(
                 f"# {meta['date']}: private PostgreSQL {meta['postgres']['server_version']} "
                 f"on port {cluster.port} (autovacuum {meta['postgres']['autovacuum']}), "
-                f"{meta['cpus']} CPUs, load {' '.join(f'{x:.2f}' for x in loadavg())}"
+                f"{meta['cpus']} CPUs, load {' '.join(f'{x:.2f}' for x in measure.loadavg())}"
             )
             runners, ceil = await ceiling(
                 cluster.dsn,
@@ -709,7 +703,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 await r.admin.close()
             await admin.close()
     rows = run.pop("rows")
-    meta["loadavg_end"] = loadavg()
+    meta["loadavg_end"] = measure.loadavg()
     summary = summarize(rows)
     say("\n" + table(rows))
     say(
