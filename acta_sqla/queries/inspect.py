@@ -322,6 +322,18 @@ def _window(namespace: str, seconds: float, kind: str | None = None) -> tuple[An
     )
 
 
+def _failed_window(namespace: str, seconds: float) -> tuple[Any, ...]:
+    """Jobs of the namespace that failed in the last ``seconds``: the time range of
+    ``job_failed_idx`` (namespace, finished_at; failed rows only), whose predicate the
+    inlined status matches whatever the plan. A completion that succeeds writes no entry
+    there; the failure pages read failed rows only."""
+    return (
+        Job.namespace == namespace,
+        Job.status == _inline(JobStatus.FAILED),
+        _since(seconds),
+    )
+
+
 def finished_since(namespace: str, seconds: float) -> Select[tuple[str, str, int]]:
     """(kind, status, count) of the jobs that finished in the last ``seconds`` (throughput
     and failures), through each kind's range of the finished index from the window's
@@ -429,8 +441,8 @@ def search_jobs(
 def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[object, ...]]:
     """Failed jobs of the last ``seconds`` grouped by kind and error type (one group for
     "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
-    first and last seen, the newest one's id (the sample); through each kind's range of
-    the finished index from the window's start."""
+    first and last seen, the newest one's id (the sample); through the time range of
+    ``job_failed_idx`` (failed rows only, migration 0017)."""
     error_type = func.coalesce(Job.last_error["type"].astext, "")
     return (
         select(
@@ -441,7 +453,7 @@ def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[o
             func.max(Job.finished_at).label("last_seen"),
             func.max(Job.id).label("sample_id"),
         )
-        .where(*_window(namespace, seconds), Job.status == JobStatus.FAILED)
+        .where(*_failed_window(namespace, seconds))
         .group_by(Job.kind, error_type)
         .order_by(func.count().desc(), Job.kind, error_type)
         .limit(limit)
@@ -453,12 +465,13 @@ def failed_ids(
 ) -> Select[tuple[int]]:
     """Ids of one failure group (failed in the last ``seconds`` with this error type; ""
     for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
-    (a group action's batch); through each kind's range of the finished index."""
+    (a group action's batch); through the time range of ``job_failed_idx``."""
     query = select(Job.id).where(
-        *_window(namespace, seconds, kind),
-        Job.status == JobStatus.FAILED,
+        *_failed_window(namespace, seconds),
         func.coalesce(Job.last_error["type"].astext, "") == error_type,
     )
+    if kind is not None:
+        query = query.where(Job.kind == kind)
     return query.order_by(Job.id.desc()).limit(limit)
 
 

@@ -123,6 +123,9 @@ CREATE INDEX job_claim_idx ON acta.job USING btree (namespace, priority, run_at,
 -- index job_due_idx
 CREATE INDEX job_due_idx ON acta.job USING btree (namespace, run_at) WHERE ((status)::text = 'ready'::text);
 
+-- index job_failed_idx
+CREATE INDEX job_failed_idx ON acta.job USING btree (namespace, finished_at) WHERE ((status)::text = 'failed'::text);
+
 -- index job_key_idx
 CREATE INDEX job_key_idx ON acta.job USING btree (namespace, concurrency_key, id) WHERE ((concurrency_key IS NOT NULL) AND ((status)::text = ANY ((ARRAY['ready'::character varying, 'executing'::character varying, 'waiting'::character varying])::text[])));
 

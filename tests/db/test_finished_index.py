@@ -1,8 +1,9 @@
-"""Migration 0017: one index of finished jobs. ``job_finished_idx`` (namespace, finished_at)
-is gone (a completion writes one B-tree entry fewer); the dashboard's windows of recent
-finished jobs over every kind read ``job_prune_idx`` (namespace, kind, finished_at) kind
-by kind from the window's start: a descent per kind plus the window's rows, never the
-history (docs/performance.md, the ninth pass)."""
+"""Migration 0017: one index of every finished job. ``job_finished_idx`` (namespace,
+finished_at) is gone (a job that succeeds writes one B-tree entry fewer); the dashboard's
+windows of recent finished jobs over every kind read ``job_prune_idx`` (namespace, kind,
+finished_at) kind by kind from the window's start, and the failure pages
+``job_failed_idx`` (failed rows only): the window's rows, never the history
+(docs/performance.md, the ninth pass)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ WINDOWS: dict[str, Callable[[], Select[Any]]] = {
     "kind_rates": lambda: q.kind_rates("default", HOUR),
     "failure_groups": lambda: q.failure_groups("default", HOUR, 50),
     "failed_ids": lambda: q.failed_ids("default", "E", HOUR, 1000),
+    "failed_ids_of_a_kind": lambda: q.failed_ids("default", "E", HOUR, 1000, "kind2"),
 }
+FAILURE_PAGES = {"failure_groups", "failed_ids", "failed_ids_of_a_kind"}
 
 
 def literal(statement: Select[Any]) -> str:
@@ -102,11 +105,17 @@ async def test_a_window_reads_each_kinds_range_never_the_history(
     assert scans, _outline(plan)
     assert not [n for n in scans if n["Node Type"] == "Seq Scan"], _outline(plan)
     indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
-    assert indexes == {"job_prune_idx"}, _outline(plan)
-    # The window's rows, and the kinds' walk (a row per kind and its end): none of the
-    # KINDS * OLD_PER_KIND rows of history.
+    if name in FAILURE_PAGES:
+        # The window's failed rows only.
+        assert indexes == {"job_failed_idx"}, _outline(plan)
+        limit = KINDS * RECENT_PER_KIND // 2
+    else:
+        # The window's rows, and the kinds' walk (a row per kind and its end).
+        assert indexes == {"job_prune_idx"}, _outline(plan)
+        limit = KINDS * RECENT_PER_KIND + 2 * KINDS + 2
+    # None of the KINDS * OLD_PER_KIND rows of history.
     examined = sum(_examined(n) for n in scans)
-    assert examined <= KINDS * RECENT_PER_KIND + 2 * KINDS + 2, (examined, _outline(plan))
+    assert examined <= limit, (examined, _outline(plan))
 
 
 async def test_the_windows_count_what_finished_in_them(conn: asyncpg.Connection) -> None:
@@ -142,12 +151,15 @@ def test_the_migration_drops_the_index_keeps_the_rows_and_its_downgrade_builds_i
     url = scratch_database()
     libpq = url.replace("postgresql+psycopg://", "postgresql://")
 
-    def finished_index(c: psycopg.Connection[Any]) -> str | None:
+    def index(c: psycopg.Connection[Any], name: str) -> str | None:
         row = c.execute(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'acta' "
-            "AND indexname = 'job_finished_idx'"
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'acta' AND indexname = %s",
+            (name,),
         ).fetchone()
         return row[0] if row else None
+
+    def finished_index(c: psycopg.Connection[Any]) -> str | None:
+        return index(c, "job_finished_idx")
 
     def jobs(c: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         return c.execute("SELECT id, kind, status FROM acta.job ORDER BY id").fetchall()
@@ -162,18 +174,33 @@ def test_the_migration_drops_the_index_keeps_the_rows_and_its_downgrade_builds_i
         built = finished_index(c)
         assert built is not None and "(namespace, finished_at)" in built, built
 
+        assert index(c, "job_failed_idx") is None
+
         migrate.upgrade(url)
         assert migrate.current(url) == "0017"
         assert finished_index(c) is None
+        failed = index(c, "job_failed_idx")
+        assert failed is not None and "(namespace, finished_at)" in failed, failed
+        assert "WHERE ((status)::text = 'failed'::text)" in failed, failed
         assert jobs(c) == before
+        # Its one failed row is in it (an index-only count through its predicate).
+        assert c.execute(
+            "SELECT count(*) FROM acta.job WHERE status = 'failed' AND finished_at IS NOT NULL"
+        ).fetchone() == (1,)
 
         migrate.downgrade(url, "0016")
         assert finished_index(c) == built
+        assert index(c, "job_failed_idx") is None
         assert jobs(c) == before
 
-        # An operator with a large table builds it first without blocking writes (the way
-        # the migration's docstring gives); the downgrade then finds it and succeeds.
+        # An operator with a large table builds each index first without blocking writes
+        # (the way the migration's docstring gives); the migration then finds it.
+        c.execute(
+            "CREATE INDEX CONCURRENTLY job_failed_idx ON acta.job "
+            "(namespace, finished_at) WHERE status = 'failed'"
+        )
         migrate.upgrade(url)
+        assert index(c, "job_failed_idx") == failed
         c.execute(
             "CREATE INDEX CONCURRENTLY job_finished_idx ON acta.job "
             f"(namespace, finished_at) WHERE {TERMINAL}"

@@ -1694,32 +1694,20 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 
 -- inspect.failed_ids: Ids of one failure group (failed in the last ``seconds`` with this error
 --   type; "" for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
---   (a group action's batch); through each kind's range of the finished index.
+--   (a group action's batch); through the time range of ``job_failed_idx``.
 SELECT acta.job.id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.status = %(status_1)s AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR ORDER BY acta.job.id DESC
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = 'failed' AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
 
 -- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by kind and error type (one
 --   group for "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
---   first and last seen, the newest one's id (the sample); through each kind's range of the
---   finished index from the window's start.
-WITH RECURSIVE finished_kinds(k) AS
-((SELECT acta.job.kind AS k
+--   first and last seen, the newest one's id (the sample); through the time range of
+--   ``job_failed_idx`` (failed rows only, migration 0017).
+SELECT acta.job.kind AS kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') ORDER BY acta.job.kind
- LIMIT %(param_1)s::INTEGER) UNION ALL SELECT (SELECT acta.job.kind
-FROM acta.job
-WHERE acta.job.namespace = %(namespace_3)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind > finished_kinds.k ORDER BY acta.job.kind
- LIMIT %(param_2)s::INTEGER) AS anon_1
-FROM finished_kinds
-WHERE finished_kinds.k IS NOT NULL)
- SELECT acta.job.kind AS kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
-FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = ANY (array((SELECT finished_kinds.k
-FROM finished_kinds
-WHERE finished_kinds.k IS NOT NULL))) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.status = %(status_1)s GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
- LIMIT %(param_3)s::INTEGER;
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = 'failed' AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
+ LIMIT %(param_1)s::INTEGER;
 
 -- inspect.finished_series: The charts: jobs finished in the last ``seconds`` (of ``kind``, None:
 --   every kind) in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded,
@@ -2113,6 +2101,9 @@ CREATE INDEX job_claim_idx ON acta.job (namespace, priority, run_at, id) WHERE s
 
 -- ddl.index.job_due_idx
 CREATE INDEX job_due_idx ON acta.job (namespace, run_at) WHERE status = 'ready';
+
+-- ddl.index.job_failed_idx
+CREATE INDEX job_failed_idx ON acta.job (namespace, finished_at) WHERE status = 'failed';
 
 -- ddl.index.job_key_idx
 CREATE INDEX job_key_idx ON acta.job (namespace, concurrency_key, id) WHERE concurrency_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');
