@@ -314,9 +314,11 @@ def _finished_kinds(namespace: str) -> Any:
 
 def _window(namespace: str, seconds: float, kind: str | None = None) -> tuple[Any, ...]:
     """Jobs of the namespace that finished in the last ``seconds`` (of ``kind``; None:
-    of every kind, each kind's range of ``job_prune_idx`` from the window's start)."""
+    of every kind, each kind's range of ``job_prune_idx`` from the window's start). The
+    statuses inlined: the index's predicate is matched whatever the plan."""
     return (
         Job.namespace == namespace,
+        Job.status.in_([_inline(s) for s in TERMINAL_STATUSES]),
         Job.kind == (any_(_finished_kinds(namespace)) if kind is None else kind),
         _since(seconds),
     )
@@ -340,7 +342,7 @@ def finished_since(namespace: str, seconds: float) -> Select[tuple[str, str, int
     start."""
     return (
         select(Job.kind, Job.status, func.count())
-        .where(*_window(namespace, seconds), Job.status.in_(TERMINAL_STATUSES))
+        .where(*_window(namespace, seconds))
         .group_by(Job.kind, Job.status)
         .order_by(Job.kind, Job.status)
     )
@@ -374,7 +376,7 @@ def finished_series(
         func.count().filter(Job.status == JobStatus.FAILED).label("failed"),
         func.count().filter(Job.status == JobStatus.CANCELLED).label("cancelled"),
         func.avg(_queue_wait()).label("wait"),
-    ).where(*_window(namespace, seconds, kind), Job.status.in_(TERMINAL_STATUSES))
+    ).where(*_window(namespace, seconds, kind))
     return query.group_by(bucket).order_by(bucket)
 
 
@@ -403,7 +405,7 @@ def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
         )
         .select_from(Job)
         .outerjoin(Execution, (Execution.job_id == Job.id) & (Execution.id == Job.execution_id))
-        .where(*_window(namespace, seconds), Job.status.in_(TERMINAL_STATUSES))
+        .where(*_window(namespace, seconds))
         .group_by(Job.kind)
         .order_by(Job.kind)
     )

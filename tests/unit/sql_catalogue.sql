@@ -1715,7 +1715,7 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = 'faile
 --   range of each kind (``job_prune_idx``): the cost of the window, not of the history.
 SELECT floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s AS bucket, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.status IN (__[POSTCOMPILE_status_4]) GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
 
 -- inspect.finished_since: (kind, status, count) of the jobs that finished in the last ``seconds``
 --   (throughput and failures), through each kind's range of the finished index from the window's
@@ -1732,9 +1732,9 @@ FROM finished_kinds
 WHERE finished_kinds.k IS NOT NULL)
  SELECT acta.job.kind, acta.job.status, count(*) AS count_1
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = ANY (array((SELECT finished_kinds.k
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind = ANY (array((SELECT finished_kinds.k
 FROM finished_kinds
-WHERE finished_kinds.k IS NOT NULL))) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.status IN (__[POSTCOMPILE_status_1]) GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
+WHERE finished_kinds.k IS NOT NULL))) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
 
 -- inspect.in_flight: (worker_id, count) of the namespace's executing jobs, through the lease index.
 SELECT acta.job.worker_id, count(*) AS count_1
@@ -1792,9 +1792,9 @@ FROM finished_kinds
 WHERE finished_kinds.k IS NOT NULL)
  SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
 FROM acta.job LEFT OUTER JOIN acta.execution ON acta.execution.job_id = acta.job.id AND acta.execution.id = acta.job.execution_id
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.kind = ANY (array((SELECT finished_kinds.k
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind = ANY (array((SELECT finished_kinds.k
 FROM finished_kinds
-WHERE finished_kinds.k IS NOT NULL))) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.status IN (__[POSTCOMPILE_status_4]) GROUP BY acta.job.kind ORDER BY acta.job.kind;
+WHERE finished_kinds.k IS NOT NULL))) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
 
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
 --   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.
