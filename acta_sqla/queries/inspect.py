@@ -291,8 +291,9 @@ def _finished_kinds(namespace: str) -> Any:
     ``job_prune_idx`` (namespace, kind, finished_at; terminal rows), one index descent per
     kind, whatever the history (a recursive CTE; NULL ends it). A window over every kind
     says ``kind = ANY (this)`` and reads each kind's range from the window's start on the
-    same index: the only index of finished rows since migration 0017 (a completion writes
-    one entry, not two), so a window costs a descent per kind plus its rows."""
+    same index: the only index of every finished row since migration 0017 (a job that
+    succeeds writes one entry, not two), so a window costs a descent per kind plus its
+    rows."""
     terminal = Job.status.in_([_inline(s) for s in TERMINAL_STATUSES])
     first = (
         select(Job.kind.label("k"))
