@@ -208,22 +208,26 @@ class Job(Base):
             "lease_expires_at",
             postgresql_where=text("lease_expires_at IS NOT NULL"),
         ),
-        Index(
-            "job_finished_idx",
-            "namespace",
-            "finished_at",
-            postgresql_where=text(_TERMINAL_SQL),
-        ),
         # Recovery's prune: each kind keeps its jobs for its own retention, so the rows due
         # are a prefix of each kind's range here (cutoff per kind), never of the namespace's.
         # Without it the prune read every finished row of history to delete nothing
-        # (migration 0004 says why).
+        # (migration 0004 says why). The dashboard's windows of recent finished jobs read
+        # it too, each kind's range from the window's start (since migration 0017 the only
+        # index of every finished row: a job that succeeds gets one entry, not two).
         Index(
             "job_prune_idx",
             "namespace",
             "kind",
             "finished_at",
             postgresql_where=text(_TERMINAL_SQL),
+        ),
+        # The failure pages' windows (failure groups, a group's ids): failed rows only, so
+        # a job that succeeds writes no entry here (migration 0017).
+        Index(
+            "job_failed_idx",
+            "namespace",
+            "finished_at",
+            postgresql_where=text("status = 'failed'"),
         ),
         Index("job_parent_idx", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
         # A lane's unfinished jobs in order: the enqueue's "is the lane busy?" and the

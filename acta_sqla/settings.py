@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from .defaults import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS
 from .errors import ConfigurationError
 
-SCHEMA_HEAD = "0016"
+SCHEMA_HEAD = "0017"
 """The newest revision in alembic/versions (a test checks it against Alembic's own view)."""
 SCHEMA_VERSION_TABLE = "alembic_version"
 

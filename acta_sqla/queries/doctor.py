@@ -227,7 +227,7 @@ def known_namespaces(schema: str) -> str:
     registered (a worker's start writes the namespace row), with workers or definitions, and
     those with ready, executing or finished jobs (a namespace no worker ever served has
     only those; a waiting job's namespace had a worker). The jobs' are found by skip
-    scans of job_due_idx, job_lease_idx and job_finished_idx (one index probe per
+    scans of job_due_idx, job_lease_idx and job_prune_idx (one index probe per
     namespace each), never a scan of acta.job."""
     s = quote(schema)
 

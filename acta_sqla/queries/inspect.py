@@ -13,6 +13,7 @@ from sqlalchemy import (
     Executable,
     Select,
     Text,
+    any_,
     case,
     cast,
     delete,
@@ -285,16 +286,64 @@ def active_depth(namespace: str) -> Select[tuple[str, str, int]]:
     return union_all(ready, executing)  # type: ignore[return-value]
 
 
+def _finished_kinds(namespace: str) -> Any:
+    """The kinds of the namespace's finished jobs, as an array: a skip scan of
+    ``job_prune_idx`` (namespace, kind, finished_at; terminal rows), one index descent per
+    kind, whatever the history (a recursive CTE; NULL ends it). A window over every kind
+    says ``kind = ANY (this)`` and reads each kind's range from the window's start on the
+    same index: the only index of every finished row since migration 0017 (a job that
+    succeeds writes one entry, not two), so a window costs a descent per kind plus its
+    rows."""
+    terminal = Job.status.in_([_inline(s) for s in TERMINAL_STATUSES])
+    first = (
+        select(Job.kind.label("k"))
+        .where(Job.namespace == namespace, terminal)
+        .order_by(Job.kind)
+        .limit(1)
+    )
+    found = first.cte("finished_kinds", recursive=True)
+    following = (
+        select(Job.kind)
+        .where(Job.namespace == namespace, terminal, Job.kind > found.c.k)
+        .order_by(Job.kind)
+        .limit(1)
+        .scalar_subquery()
+    )
+    found = found.union_all(select(following).where(found.c.k.is_not(None)))
+    return func.array(select(found.c.k).where(found.c.k.is_not(None)).scalar_subquery())
+
+
+def _window(namespace: str, seconds: float, kind: str | None = None) -> tuple[Any, ...]:
+    """Jobs of the namespace that finished in the last ``seconds`` (of ``kind``; None:
+    of every kind, each kind's range of ``job_prune_idx`` from the window's start). The
+    statuses inlined: the index's predicate is matched whatever the plan."""
+    return (
+        Job.namespace == namespace,
+        Job.status.in_([_inline(s) for s in TERMINAL_STATUSES]),
+        Job.kind == (any_(_finished_kinds(namespace)) if kind is None else kind),
+        _since(seconds),
+    )
+
+
+def _failed_window(namespace: str, seconds: float) -> tuple[Any, ...]:
+    """Jobs of the namespace that failed in the last ``seconds``: the time range of
+    ``job_failed_idx`` (namespace, finished_at; failed rows only), whose predicate the
+    inlined status matches whatever the plan. A completion that succeeds writes no entry
+    there; the failure pages read failed rows only."""
+    return (
+        Job.namespace == namespace,
+        Job.status == _inline(JobStatus.FAILED),
+        _since(seconds),
+    )
+
+
 def finished_since(namespace: str, seconds: float) -> Select[tuple[str, str, int]]:
     """(kind, status, count) of the jobs that finished in the last ``seconds`` (throughput
-    and failures), through the finished index's range on (namespace, finished_at)."""
+    and failures), through each kind's range of the finished index from the window's
+    start."""
     return (
         select(Job.kind, Job.status, func.count())
-        .where(
-            Job.namespace == namespace,
-            Job.status.in_(TERMINAL_STATUSES),
-            Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
-        )
+        .where(*_window(namespace, seconds))
         .group_by(Job.kind, Job.status)
         .order_by(Job.kind, Job.status)
     )
@@ -320,7 +369,7 @@ def finished_series(
     """The charts: jobs finished in the last ``seconds`` (of ``kind``, None: every kind)
     in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded, failed
     and cancelled, and the mean queue wait of those claimed. Through the finished index's
-    range (``job_prune_idx`` for one kind): the cost of the window, not of the history."""
+    range of each kind (``job_prune_idx``): the cost of the window, not of the history."""
     bucket = func.floor(cast(func.extract("epoch", Job.finished_at), Double) / step) * step
     query = select(
         bucket.label("bucket"),
@@ -328,9 +377,7 @@ def finished_series(
         func.count().filter(Job.status == JobStatus.FAILED).label("failed"),
         func.count().filter(Job.status == JobStatus.CANCELLED).label("cancelled"),
         func.avg(_queue_wait()).label("wait"),
-    ).where(Job.namespace == namespace, Job.status.in_(TERMINAL_STATUSES), _since(seconds))
-    if kind is not None:
-        query = query.where(Job.kind == kind)
+    ).where(*_window(namespace, seconds, kind))
     return query.group_by(bucket).order_by(bucket)
 
 
@@ -339,7 +386,7 @@ def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
     cancelled, the median and 95th percentile of their last attempt's run time (started
     to finished: from the job row when it keeps the attempt that ended it, migration
     0015, else from that attempt's history row, found by primary key), and the mean
-    queue wait. Through the finished index's range."""
+    queue wait. Through each kind's range of the finished index."""
     ran = func.extract(
         "epoch",
         case(
@@ -359,7 +406,7 @@ def kind_rates(namespace: str, seconds: float) -> Select[tuple[object, ...]]:
         )
         .select_from(Job)
         .outerjoin(Execution, (Execution.job_id == Job.id) & (Execution.id == Job.execution_id))
-        .where(Job.namespace == namespace, Job.status.in_(TERMINAL_STATUSES), _since(seconds))
+        .where(*_window(namespace, seconds))
         .group_by(Job.kind)
         .order_by(Job.kind)
     )
@@ -397,8 +444,8 @@ def search_jobs(
 def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[object, ...]]:
     """Failed jobs of the last ``seconds`` grouped by kind and error type (one group for
     "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
-    first and last seen, the newest one's id (the sample); through the finished index's
-    time range."""
+    first and last seen, the newest one's id (the sample); through the time range of
+    ``job_failed_idx`` (failed rows only, migration 0017)."""
     error_type = func.coalesce(Job.last_error["type"].astext, "")
     return (
         select(
@@ -409,11 +456,7 @@ def failure_groups(namespace: str, seconds: float, limit: int) -> Select[tuple[o
             func.max(Job.finished_at).label("last_seen"),
             func.max(Job.id).label("sample_id"),
         )
-        .where(
-            Job.namespace == namespace,
-            Job.status == JobStatus.FAILED,
-            Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
-        )
+        .where(*_failed_window(namespace, seconds))
         .group_by(Job.kind, error_type)
         .order_by(func.count().desc(), Job.kind, error_type)
         .limit(limit)
@@ -425,11 +468,9 @@ def failed_ids(
 ) -> Select[tuple[int]]:
     """Ids of one failure group (failed in the last ``seconds`` with this error type; ""
     for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
-    (a group action's batch)."""
+    (a group action's batch); through the time range of ``job_failed_idx``."""
     query = select(Job.id).where(
-        Job.namespace == namespace,
-        Job.status == JobStatus.FAILED,
-        Job.finished_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+        *_failed_window(namespace, seconds),
         func.coalesce(Job.last_error["type"].astext, "") == error_type,
     )
     if kind is not None:
@@ -501,7 +542,7 @@ def list_namespaces(limit: int) -> Select[tuple[str]]:
     switcher): those workers registered, with workers or definitions, and those with
     ready, executing or finished jobs (jobs enqueued before any worker started: their
     namespace has no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and
-    job_finished_idx, never a scan of acta.job."""
+    job_prune_idx, never a scan of acta.job."""
     known = union(
         select(Namespace.name.label("name")),
         select(Worker.namespace),

@@ -1,4 +1,4 @@
--- acta's database code at revision 0016, read back from a freshly migrated
+-- acta's database code at revision 0017, read back from a freshly migrated
 -- database (tests/db/test_schema_snapshot.py): the tables, sequences and indexes,
 -- every function (pg_get_functiondef) and trigger (pg_get_triggerdef) as they stand.
 -- Generated: do not edit by hand (the test fails). After a new migration:
@@ -123,8 +123,8 @@ CREATE INDEX job_claim_idx ON acta.job USING btree (namespace, priority, run_at,
 -- index job_due_idx
 CREATE INDEX job_due_idx ON acta.job USING btree (namespace, run_at) WHERE ((status)::text = 'ready'::text);
 
--- index job_finished_idx
-CREATE INDEX job_finished_idx ON acta.job USING btree (namespace, finished_at) WHERE ((status)::text = ANY ((ARRAY['succeeded'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]));
+-- index job_failed_idx
+CREATE INDEX job_failed_idx ON acta.job USING btree (namespace, finished_at) WHERE ((status)::text = 'failed'::text);
 
 -- index job_key_idx
 CREATE INDEX job_key_idx ON acta.job USING btree (namespace, concurrency_key, id) WHERE ((concurrency_key IS NOT NULL) AND ((status)::text = ANY ((ARRAY['ready'::character varying, 'executing'::character varying, 'waiting'::character varying])::text[])));

@@ -1217,7 +1217,7 @@ ORDER BY t.relname, i.relname;
 --   KNOWN_NAMESPACES_CAP): those registered (a worker's start writes the namespace row), with
 --   workers or definitions, and those with ready, executing or finished jobs (a namespace no worker
 --   ever served has only those; a waiting job's namespace had a worker). The jobs' are found by
---   skip scans of job_due_idx, job_lease_idx and job_finished_idx (one index probe per namespace
+--   skip scans of job_due_idx, job_lease_idx and job_prune_idx (one index probe per namespace
 --   each), never a scan of acta.job.
 WITH RECURSIVE ready(ns) AS (
     (SELECT namespace FROM "acta".job WHERE status = 'ready' ORDER BY namespace LIMIT 1)
@@ -1694,33 +1694,47 @@ WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(stat
 
 -- inspect.failed_ids: Ids of one failure group (failed in the last ``seconds`` with this error
 --   type; "" for no recorded type; of ``kind``, None: of any kind), newest first, at most ``limit``
---   (a group action's batch).
+--   (a group action's batch); through the time range of ``job_failed_idx``.
 SELECT acta.job.id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR ORDER BY acta.job.id DESC
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = 'failed' AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND coalesce((acta.job.last_error ->> %(last_error_1)s::TEXT), %(coalesce_1)s::VARCHAR) = %(coalesce_2)s::VARCHAR AND acta.job.kind = %(kind_1)s::VARCHAR ORDER BY acta.job.id DESC
  LIMIT %(param_1)s::INTEGER;
 
 -- inspect.failure_groups: Failed jobs of the last ``seconds`` grouped by kind and error type (one
 --   group for "card declined" of ``charge``, another for "child 2 broke" of ``report``): count,
---   first and last seen, the newest one's id (the sample); through the finished index's time range.
+--   first and last seen, the newest one's id (the sample); through the time range of
+--   ``job_failed_idx`` (failed rows only, migration 0017).
 SELECT acta.job.kind AS kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) AS error_type, count(*) AS count, min(acta.job.finished_at) AS first_seen, max(acta.job.finished_at) AS last_seen, max(acta.job.id) AS sample_id
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = %(status_1)s AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status = 'failed' AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR) ORDER BY count(*) DESC, acta.job.kind, coalesce(acta.job.last_error ->> %(last_error_1)s::TEXT, %(coalesce_1)s::VARCHAR)
  LIMIT %(param_1)s::INTEGER;
 
 -- inspect.finished_series: The charts: jobs finished in the last ``seconds`` (of ``kind``, None:
 --   every kind) in buckets of ``step`` seconds (the bucket's start, epoch seconds): succeeded,
 --   failed and cancelled, and the mean queue wait of those claimed. Through the finished index's
---   range (``job_prune_idx`` for one kind): the cost of the window, not of the history.
+--   range of each kind (``job_prune_idx``): the cost of the window, not of the history.
 SELECT floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s AS bucket, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) AND acta.job.kind = %(kind_1)s::VARCHAR GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind = %(kind_1)s::VARCHAR AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s ORDER BY floor(CAST(EXTRACT(epoch FROM acta.job.finished_at) AS DOUBLE PRECISION) / CAST(%(param_1)s AS DOUBLE PRECISION)) * %(floor_1)s;
 
 -- inspect.finished_since: (kind, status, count) of the jobs that finished in the last ``seconds``
---   (throughput and failures), through the finished index's range on (namespace, finished_at).
-SELECT acta.job.kind, acta.job.status, count(*) AS count_1
+--   (throughput and failures), through each kind's range of the finished index from the window's
+--   start.
+WITH RECURSIVE finished_kinds(k) AS
+((SELECT acta.job.kind AS k
 FROM acta.job
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_1]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
+WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') ORDER BY acta.job.kind
+ LIMIT %(param_1)s::INTEGER) UNION ALL SELECT (SELECT acta.job.kind
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_3)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind > finished_kinds.k ORDER BY acta.job.kind
+ LIMIT %(param_2)s::INTEGER) AS anon_1
+FROM finished_kinds
+WHERE finished_kinds.k IS NOT NULL)
+ SELECT acta.job.kind, acta.job.status, count(*) AS count_1
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind = ANY (array((SELECT finished_kinds.k
+FROM finished_kinds
+WHERE finished_kinds.k IS NOT NULL))) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind, acta.job.status ORDER BY acta.job.kind, acta.job.status;
 
 -- inspect.in_flight: (worker_id, count) of the namespace's executing jobs, through the lease index.
 SELECT acta.job.worker_id, count(*) AS count_1
@@ -1764,11 +1778,23 @@ WHERE acta.concurrency_slot.namespace = %(namespace_1)s::VARCHAR AND acta.concur
 -- inspect.kind_rates: Each kind's live numbers over the last ``seconds``: jobs succeeded, failed
 --   and cancelled, the median and 95th percentile of their last attempt's run time (started to
 --   finished: from the job row when it keeps the attempt that ended it, migration 0015, else from
---   that attempt's history row, found by primary key), and the mean queue wait. Through the
---   finished index's range.
-SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
+--   that attempt's history row, found by primary key), and the mean queue wait. Through each kind's
+--   range of the finished index.
+WITH RECURSIVE finished_kinds(k) AS
+((SELECT acta.job.kind AS k
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_2)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') ORDER BY acta.job.kind
+ LIMIT %(param_1)s::INTEGER) UNION ALL SELECT (SELECT acta.job.kind
+FROM acta.job
+WHERE acta.job.namespace = %(namespace_3)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind > finished_kinds.k ORDER BY acta.job.kind
+ LIMIT %(param_2)s::INTEGER) AS anon_1
+FROM finished_kinds
+WHERE finished_kinds.k IS NOT NULL)
+ SELECT acta.job.kind AS kind, count(*) FILTER (WHERE acta.job.status = %(status_1)s) AS succeeded, count(*) FILTER (WHERE acta.job.status = %(status_2)s) AS failed, count(*) FILTER (WHERE acta.job.status = %(status_3)s) AS cancelled, percentile_cont(%(percentile_cont_1)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p50, percentile_cont(%(percentile_cont_2)s) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM CASE WHEN (acta.job.outcome IS NOT NULL) THEN acta.job.finished_at - acta.job.started_at ELSE acta.execution.finished_at - acta.execution.started_at END)) AS p95, avg(CASE WHEN (isfinite(acta.job.run_at) AND isfinite(acta.job.claimed_at)) THEN greatest(EXTRACT(epoch FROM acta.job.claimed_at - acta.job.run_at), %(greatest_1)s::INTEGER) END) AS wait
 FROM acta.job LEFT OUTER JOIN acta.execution ON acta.execution.job_id = acta.job.id AND acta.execution.id = acta.job.execution_id
-WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN (__[POSTCOMPILE_status_4]) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
+WHERE acta.job.namespace = %(namespace_1)s::VARCHAR AND acta.job.status IN ('succeeded', 'failed', 'cancelled') AND acta.job.kind = ANY (array((SELECT finished_kinds.k
+FROM finished_kinds
+WHERE finished_kinds.k IS NOT NULL))) AND acta.job.finished_at >= now() - make_interval(%(make_interval_1)s::INTEGER, %(make_interval_2)s::INTEGER, %(make_interval_3)s::INTEGER, %(make_interval_4)s::INTEGER, %(make_interval_5)s::INTEGER, %(make_interval_6)s::INTEGER, %(make_interval_7)s) GROUP BY acta.job.kind ORDER BY acta.job.kind;
 
 -- inspect.lane_heads: Each lane's head: its job that is not queued behind another (ready or
 --   executing, or in a durable wait of its own), else its oldest. By ``job_lane_idx``.
@@ -1834,8 +1860,8 @@ WHERE acta.lock.namespace = %(namespace_1)s::VARCHAR ORDER BY acta.lock.name
 -- inspect.list_namespaces: The namespaces this database knows of (``acta status``, the dashboard's
 --   namespace switcher): those workers registered, with workers or definitions, and those with
 --   ready, executing or finished jobs (jobs enqueued before any worker started: their namespace has
---   no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and job_finished_idx, never
---   a scan of acta.job.
+--   no row yet). The jobs' by skip scans of job_due_idx, job_lease_idx and job_prune_idx, never a
+--   scan of acta.job.
 WITH RECURSIVE ready_ns(ns) AS
 ((SELECT acta.job.namespace AS ns
 FROM acta.job
@@ -2076,8 +2102,8 @@ CREATE INDEX job_claim_idx ON acta.job (namespace, priority, run_at, id) WHERE s
 -- ddl.index.job_due_idx
 CREATE INDEX job_due_idx ON acta.job (namespace, run_at) WHERE status = 'ready';
 
--- ddl.index.job_finished_idx
-CREATE INDEX job_finished_idx ON acta.job (namespace, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
+-- ddl.index.job_failed_idx
+CREATE INDEX job_failed_idx ON acta.job (namespace, finished_at) WHERE status = 'failed';
 
 -- ddl.index.job_key_idx
 CREATE INDEX job_key_idx ON acta.job (namespace, concurrency_key, id) WHERE concurrency_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting');

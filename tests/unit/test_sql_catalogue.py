@@ -318,4 +318,4 @@ def test_the_partial_index_predicates_render_the_status_sets() -> None:
     assert predicates["job_unique_key_idx"] == (
         "unique_key IS NOT NULL AND status IN ('ready', 'executing', 'waiting')"
     )
-    assert predicates["job_finished_idx"] == "status IN ('succeeded', 'failed', 'cancelled')"
+    assert predicates["job_prune_idx"] == "status IN ('succeeded', 'failed', 'cancelled')"
