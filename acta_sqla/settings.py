@@ -78,8 +78,14 @@ MIN_EXECUTORS, MAX_EXECUTORS = 1, 1024
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 """How long finished jobs are kept before recovery prunes them (per kind: ``retention``)."""
 PRUNE_CHUNK = 1000
-"""Rows one prune statement deletes; a recovery pass runs at most PRUNE_CHUNKS of them."""
+"""Rows one prune statement deletes; a recovery pass runs at least PRUNE_CHUNKS of them
+(fewer once one comes back short: nothing more is due)."""
 PRUNE_CHUNKS = 20
+PRUNE_PASS_SECONDS = 5.0
+"""Past PRUNE_CHUNKS full chunks, a recovery pass goes on pruning while chunks come back
+full, for up to this long (a worker's pass: up to one heartbeat interval, if longer): a
+namespace finishing more jobs than a fixed quota per pass would otherwise keep every job
+beyond it, and its table would grow without bound (docs/scaling.md)."""
 RECOVERY_CHUNK = 1000
 """Expired leases one recovery statement returns to ready (repeated until none is left)."""
 MAX_ARGS_BYTES = 1024 * 1024

@@ -10,6 +10,7 @@ isolate become suspects, which the claim runs alone (I5, attempt accounting).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +22,7 @@ from ..settings import (
     DEFAULT_RETENTION_SECONDS,
     PRUNE_CHUNK,
     PRUNE_CHUNKS,
+    PRUNE_PASS_SECONDS,
     RECOVERY_CHUNK,
 )
 from ..status import JobStatus
@@ -97,7 +99,31 @@ async def repair_waits(store: RecoveryStore, result: RecoveryResult) -> None:
         )
 
 
-async def run_recovery(store: RecoveryStore) -> RecoveryResult:
+async def prune(store: RecoveryStore, result: RecoveryResult, budget: float) -> None:
+    """Finished jobs past retention deleted in chunks of ``PRUNE_CHUNK``: until a chunk
+    comes back short (nothing more is due), and past ``PRUNE_CHUNKS`` chunks only while
+    the pass is within ``budget`` seconds. A fixed quota per pass would cap the namespace's
+    prune at PRUNE_CHUNK x PRUNE_CHUNKS per recovery interval (111 jobs/s at the default
+    heartbeat): a namespace finishing more would grow without bound. Each chunk is its own
+    statement, so a pass cut off by a crash leaves the rest to the next one."""
+    deadline = time.monotonic() + budget
+    chunks = 0
+    while True:
+        pruned = await store.prune_finished(PRUNE_CHUNK, DEFAULT_RETENTION_SECONDS)
+        chunks += 1
+        result.pruned += pruned
+        if pruned < PRUNE_CHUNK:
+            return
+        if chunks >= PRUNE_CHUNKS and time.monotonic() >= deadline:
+            return
+
+
+async def run_recovery(
+    store: RecoveryStore, prune_budget: float = PRUNE_PASS_SECONDS
+) -> RecoveryResult:
+    """One recovery pass: expired leases ended, dead workers marked, finished jobs past
+    retention pruned (``prune``: up to ``prune_budget`` seconds past the first
+    ``PRUNE_CHUNKS`` chunks), waits and lanes nothing else could move repaired."""
     result = RecoveryResult()
     while True:
         rows = await store.recover_expired(RECOVERY_CHUNK, decide_expired)
@@ -107,11 +133,7 @@ async def run_recovery(store: RecoveryStore) -> RecoveryResult:
         if len(rows) < RECOVERY_CHUNK:
             break
     result.dead_workers = len(await store.mark_dead_workers())
-    for _ in range(PRUNE_CHUNKS):
-        pruned = await store.prune_finished(PRUNE_CHUNK, DEFAULT_RETENTION_SECONDS)
-        result.pruned += pruned
-        if pruned < PRUNE_CHUNK:
-            break
+    await prune(store, result, prune_budget)
     await repair_waits(store, result)
     if result.recovered or result.dead_workers:
         log.bind(event="recovered").info(

@@ -12,6 +12,7 @@ cancels running handlers (:meth:`Worker.force`).
 from __future__ import annotations
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +27,7 @@ from ..policy import Policy
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
     DEFAULT_GRACE_SECONDS,
+    PRUNE_PASS_SECONDS,
     ActaSettings,
     load_settings,
 )
@@ -83,6 +85,10 @@ class Worker:
         """Set by :meth:`kill` (``acta_sqla.testing.faults.crash_at``)."""
         self.clock = clock or Clock()
         self.timings = self.settings.timings
+        # A pass prunes past its first chunks for up to one heartbeat (at least
+        # PRUNE_PASS_SECONDS): a pass comes every 4 beats, so the prune keeps up with
+        # thousands of finished jobs a second without holding a connection for long.
+        self._prune_budget = max(PRUNE_PASS_SECONDS, self.timings.heartbeat)
         self.executors_count = self.settings.executors
         self.registry = Registry(self.clock)
         self.permits = Permits(self.executors_count)
@@ -198,7 +204,7 @@ class Worker:
             store.twin,
             self.clock,
             namespace=self.namespace,
-            recover=run_recovery,
+            recover=functools.partial(run_recovery, prune_budget=self._prune_budget),
             on_renewed=self.heartbeat.renewed_outside,
         )
         self._listen()
@@ -322,7 +328,7 @@ class Worker:
         assert self.store is not None
         self._recovering = True
         try:
-            await run_recovery(self.store)
+            await run_recovery(self.store, self._prune_budget)
             # A chain broken by a path that wrote no completion of a fire (an operator's
             # cancel of a pending fire, a fire failed by recovery).
             await self.fires.ensure()

@@ -17,6 +17,7 @@ from alembic.script import ScriptDirectory
 from acta_sqla import migrate
 from acta_sqla.database import asyncpg_dsn
 from acta_sqla.store import WorkerStore
+from acta_sqla.worker import recovery
 
 DAY = 24 * 3600.0
 DEFAULT_RETENTION = 7 * DAY
@@ -145,6 +146,27 @@ async def test_a_chunk_deletes_at_most_its_limit_across_kinds(
 
     assert chunks == [10, 10, 5, 0]
     assert await remaining(conn, due + kept) == set(kept)
+
+
+async def test_a_pass_prunes_past_its_first_chunks_while_behind_within_its_budget(
+    conn: asyncpg.Connection, store: WorkerStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovery pass runs at least PRUNE_CHUNKS chunks, then goes on while chunks come
+    back full and its budget lasts: a fixed quota per pass capped a namespace's prune at
+    20,000 jobs per recovery interval (111 jobs/s at the default heartbeat), so a busier
+    namespace grew without bound (docs/scaling.md). Chunks of 5, at least 2 a pass here."""
+    monkeypatch.setattr(recovery, "PRUNE_CHUNK", 5)
+    monkeypatch.setattr(recovery, "PRUNE_CHUNKS", 2)
+    due = await finished(conn, "a", 8 * DAY, 37)
+    kept = await finished(conn, "a", DAY, 3)
+
+    # No budget: the two chunks every pass runs, no more.
+    assert (await recovery.run_recovery(store, prune_budget=0)).pruned == 10
+    assert len(await remaining(conn, due)) == 27
+    # A budget: on past the first chunks until one comes back short.
+    assert (await recovery.run_recovery(store, prune_budget=60)).pruned == 27
+    assert await remaining(conn, due + kept) == set(kept)
+    assert (await recovery.run_recovery(store, prune_budget=60)).pruned == 0
 
 
 async def test_a_locked_row_is_skipped_and_pruned_by_a_later_pass(

@@ -41,8 +41,10 @@ async def sleepy(ctx: Context, seconds: float) -> str:
     return "rested"
 
 
-@acta.job(max_attempts=50)
+@acta.job(max_attempts=50, backoff_base=0.05, backoff_max=0.2)
 async def exclusive(ctx: Context) -> None:
+    """Under a named lock with a short wait; a job that cannot take it is retried soon (a
+    short backoff: the test is about exclusion, not about the retry's delay)."""
     async with ctx.lock("the-one-printer", wait=0.2):
         record("start", ctx)
         await asyncio.sleep(0.01)

@@ -14,12 +14,15 @@ import pytest
 
 from acta_sqla import schedules
 from acta_sqla.database import asyncpg_dsn
+from tests.e2e.app_schedule_pauses import SCHEDULES
 from tests.e2e.app_schedules import FIRE_FIELDS
 from tests.harness import Sql, Workers, invoke_acta, one_line_error, read_runs, run_acta
 from tests.waiting import until, wait_for
 
 APP = "tests.e2e.app_schedules:acta"
 NAMESPACE = "sched"
+PAUSES_APP = "tests.e2e.app_schedule_pauses:acta"
+PAUSES_NAMESPACE = "sched-pauses"
 
 
 @pytest.fixture
@@ -140,65 +143,85 @@ def test_a_stored_schedule_that_never_matches_stops_only_itself(
 
 
 PAUSES = 30
-"""Before the fix, 8 of 40 such pauses let a fire through (20 %): 30 miss it with p < 0.002."""
+"""Before the fix, 8 of 40 such pauses let a fire through (20 %): 30 miss it with p < 0.002.
+They run as three loops of 10 at once, each on a schedule of its own
+(tests/e2e/app_schedule_pauses.py): a pause waits up to a second for its schedule's next
+fire, and three at a time keep the 30 pauses to about 10 s."""
 
 
 async def test_no_new_fire_once_a_pause_has_committed(
     db: str, sql: Sql, runs_log: Path, tmp_path: Path
 ) -> None:
-    """A real worker under the 1-second schedule, resumed and paused again and again, each
+    """A real worker under 1-second schedules, each resumed and paused again and again, each
     pause just as a fire ends, while its completion (with its successor) is being written:
-    once the pause has returned, no fire is pending and none appears. Before, a completion whose
-    snapshot predated the pause enqueued the successor after it (23 of 240 pauses)."""
-    pending = (
-        "SELECT count(*) FROM acta.job WHERE schedule_name = 'every-second' "
-        "AND status IN ('ready', 'executing', 'waiting')"
-    )
-    newest = "SELECT coalesce(max(id), 0) FROM acta.job WHERE schedule_name = 'every-second'"
-    running = (
-        "SELECT count(*) FROM acta.job WHERE schedule_name = 'every-second' "
-        "AND status = 'executing'"
-    )
+    once the pause has returned, no fire is pending and none appears. Before, a completion
+    whose snapshot predated the pause enqueued the successor after it (23 of 240 pauses)."""
     rng = random.Random(28)
 
-    async def no_running() -> bool:
-        return bool(await conn.fetchval(running) == 0)
+    def ends(name: str) -> int:
+        return sum(r.event == "end" and r.key.startswith(f"{name}:") for r in read_runs(runs_log))
 
-    with Workers(APP, db, sql, runs_log, tmp_path, ready=True) as start:
-        start()
+    async def pause_loop(name: str, times: int) -> list[str]:
         conn = await asyncpg.connect(asyncpg_dsn(db))
+        mine = "SELECT {} FROM acta.job WHERE namespace = $1 AND schedule_name = $2"
+        pending = mine.format("count(*)") + " AND status IN ('ready', 'executing', 'waiting')"
+        running = mine.format("count(*)") + " AND status = 'executing'"
+        newest = mine.format("coalesce(max(id), 0)")
+        violations = []
+
+        async def no_running() -> bool:
+            return bool(await conn.fetchval(running, PAUSES_NAMESPACE, name) == 0)
+
         try:
-            # The first through the command itself (its own process: the test's event loop
-            # runs here, the command's asyncio.run cannot), the others through the function
-            # it runs.
-            await until(lambda: [r for r in read_runs(runs_log) if r.event == "end"], 30)
-            paused = run_acta(db, NAMESPACE, tmp_path, "schedules", "pause", "every-second")
-            assert "paused" in paused.stdout
-            violations = []
-            for i in range(PAUSES):
-                ended = sum(r.event == "end" for r in read_runs(runs_log))
-                await schedules.resume(conn, "acta", NAMESPACE, "every-second")
+            for i in range(times):
+                ended = ends(name)
+                await schedules.resume(conn, "acta", PAUSES_NAMESPACE, name)
                 await until(
-                    lambda e=ended: sum(r.event == "end" for r in read_runs(runs_log)) > e,
+                    lambda e=ended: ends(name) > e,
                     timeout=30,
-                    what="a fire to end after the resume",
+                    what=f"a fire of {name} to end after the resume",
                 )
                 # The fire's completion (with its successor) is written within the
                 # finalizer's 50 ms window: pause somewhere in it.
                 await asyncio.sleep(rng.uniform(0, 0.06))
-                assert await schedules.pause(conn, "acta", NAMESPACE, "every-second")
-                seen = await conn.fetchval(newest)
-                if await conn.fetchval(pending) > await conn.fetchval(running):
-                    violations.append(f"pause {i}: a fire still ready after the pause")
+                assert await schedules.pause(conn, "acta", PAUSES_NAMESPACE, name)
+                seen = await conn.fetchval(newest, PAUSES_NAMESPACE, name)
+                if await conn.fetchval(pending, PAUSES_NAMESPACE, name) > await conn.fetchval(
+                    running, PAUSES_NAMESPACE, name
+                ):
+                    violations.append(f"{name} pause {i}: a fire still ready after the pause")
                 # Whatever was running finishes, its completion written.
-                await until(no_running, timeout=30, what="the running fire to end")
-                if await conn.fetchval(pending) or await conn.fetchval(newest) != seen:
+                await until(no_running, timeout=30, what=f"the running fire of {name} to end")
+                if await conn.fetchval(pending, PAUSES_NAMESPACE, name) or (
+                    await conn.fetchval(newest, PAUSES_NAMESPACE, name) != seen
+                ):
                     rows = await conn.fetch(
                         "SELECT id, scheduled_at, status FROM acta.job WHERE id > $1 "
-                        "AND schedule_name = 'every-second'",
+                        "AND namespace = $2 AND schedule_name = $3",
                         seen,
+                        PAUSES_NAMESPACE,
+                        name,
                     )
-                    violations.append(f"pause {i}: a fire after the pause: {rows}")
-            assert violations == []
+                    violations.append(f"{name} pause {i}: a fire after the pause: {rows}")
         finally:
             await conn.close()
+        return violations
+
+    first, *others = SCHEDULES
+    with Workers(PAUSES_APP, db, sql, runs_log, tmp_path, ready=True) as start:
+        start()
+        await until(lambda: all(ends(name) for name in SCHEDULES), 30, what="a fire of each")
+        # The first pause through the command itself (its own process: the test's event
+        # loop runs here, the command's asyncio.run cannot), the others through the
+        # function it runs.
+        paused = run_acta(db, PAUSES_NAMESPACE, tmp_path, "schedules", "pause", first)
+        assert "paused" in paused.stdout, paused.stderr
+        conn = await asyncpg.connect(asyncpg_dsn(db))
+        try:
+            for name in others:
+                assert await schedules.pause(conn, "acta", PAUSES_NAMESPACE, name)
+        finally:
+            await conn.close()
+        loops = [pause_loop(name, PAUSES // len(SCHEDULES)) for name in SCHEDULES]
+        violations = [v for found in await asyncio.gather(*loops) for v in found]
+        assert violations == []
