@@ -1,7 +1,7 @@
 """A job that kills its worker (issue 10, item 2): only the poison job pays for its crashes.
 
 Real `acta worker` processes (heartbeat 0.5 s: lease 2 s), restarted by the test as a
-supervisor would, run 300 quick jobs and one ``exits_worker`` job (``os._exit`` at once,
+supervisor would, run 100 quick jobs and one ``exits_worker`` job (``os._exit`` at once,
 budget 4) until every job is terminal. What must hold, from the handlers' own run log and
 the database:
 
@@ -30,7 +30,7 @@ from tests.waiting import wait_for
 from . import oracle
 from .conftest import all_terminal, enqueue
 
-QUICK = 300
+QUICK = 100
 POISON_BUDGET = 4
 WORKERS = 3
 DEADLINE = 240.0
