@@ -61,7 +61,7 @@ def test_a_worker_killing_job_fails_alone_and_its_batch_mates_are_never_charged(
     quick = first + enqueue(sql, "quick", QUICK - QUICK // 2, max_attempts=3)
 
     def start() -> WorkerProcess:
-        return workers("--executors", "8", ready=False)
+        return workers("--executors", "4", ready=False)
 
     running = [start() for _ in range(WORKERS)]
     deaths: dict[int, float] = {}
