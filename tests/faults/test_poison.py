@@ -1,7 +1,7 @@
 """A job that kills its worker (issue 10, item 2): only the poison job pays for its crashes.
 
 Real `acta worker` processes (heartbeat 0.5 s: lease 2 s), restarted by the test as a
-supervisor would, run 300 quick jobs and one ``exits_worker`` job (``os._exit`` at once,
+supervisor would, run 100 quick jobs and one ``exits_worker`` job (``os._exit`` at once,
 budget 4) until every job is terminal. What must hold, from the handlers' own run log and
 the database:
 
@@ -30,7 +30,7 @@ from tests.waiting import wait_for
 from . import oracle
 from .conftest import all_terminal, enqueue
 
-QUICK = 300
+QUICK = 100
 POISON_BUDGET = 4
 WORKERS = 3
 DEADLINE = 240.0
@@ -61,7 +61,7 @@ def test_a_worker_killing_job_fails_alone_and_its_batch_mates_are_never_charged(
     quick = first + enqueue(sql, "quick", QUICK - QUICK // 2, max_attempts=3)
 
     def start() -> WorkerProcess:
-        return workers("--executors", "8", ready=False)
+        return workers("--executors", "4", ready=False)
 
     running = [start() for _ in range(WORKERS)]
     deaths: dict[int, float] = {}

@@ -53,7 +53,10 @@ def test_database_restart_mid_drain(
     start = make_workers(private_db, sql, runs_log, tmp_path)
     try:
         w = start(env=SLOW_POLL)
-        total = 3000
+        # 500 of them done before the restart, 1,500 left: claiming must resume after it
+        # (the wait below asks for a claim after the server is back), so the drain is
+        # truly cut in the middle.
+        total = 2000
         ids = enqueue(sql, "quick", total, '{"pause": 0.005}')
         wait_for(
             lambda: down_is_false(
