@@ -21,12 +21,12 @@ migrations (``benchmarks.systems.Acta``), then:
    and an enqueuer that commits ``R / 10`` jobs every 100 ms (``acta.enqueue_many``, one
    transaction per batch) for ``--minutes``; R is ``--rate``, by default half the ceiling.
    Finished jobs are pruned by the product's own mechanism: the worker's recovery pass
-   deletes the jobs past their kind's retention, at most PRUNE_CHUNKS x PRUNE_CHUNK rows
-   (20,000) a pass, one pass per recovery interval (4 heartbeats). The run sets the job
-   kind's retention with ``acta definitions set noop retention=S`` (``--retention``,
-   default 60 s) and the worker's ``ACTA_HEARTBEAT_INTERVAL`` (``--heartbeat``; by default
-   45 s, the product's default, or shorter when 45 s would not let the prune keep up with
-   twice R; printed).
+   deletes the jobs past their kind's retention in chunks of PRUNE_CHUNK, one pass per
+   recovery interval (4 heartbeats), going on past its first PRUNE_CHUNKS chunks while
+   it is behind, for up to one heartbeat. The run sets the job kind's retention with
+   ``acta definitions set noop retention=S`` (``--retention``, default 60 s) and the
+   worker's ``ACTA_HEARTBEAT_INTERVAL`` (``--heartbeat``; by default 45 s, the product's
+   default).
 
 Every ``--interval`` seconds (default 30) one row: jobs enqueued and finished in the
 window, claim latency (``started_at - run_at`` of the jobs started in the window: p50,
@@ -46,7 +46,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -66,7 +65,7 @@ if __package__ in (None, ""):  # run as a file: python benchmarks/sustained.py
 
 import asyncpg
 
-from acta_sqla.settings import PRUNE_CHUNK, PRUNE_CHUNKS
+from acta_sqla.settings import PRUNE_PASS_SECONDS
 from benchmarks import measure
 from benchmarks.harness import Options, Runner, with_database
 from benchmarks.report import render
@@ -230,18 +229,6 @@ async def ceiling(
 
 
 # ---------------------------------------------------------------------- the sustained run
-
-
-def auto_heartbeat(rate: float) -> float:
-    """acta's default beat, or the longest (in tenths of a second) whose prune capacity,
-    PRUNE_CHUNKS x PRUNE_CHUNK rows per recovery interval of 4 beats, is twice ``rate``."""
-    per_pass = PRUNE_CHUNK * PRUNE_CHUNKS
-    hb = per_pass / (4 * 2 * rate)
-    return DEFAULT_HEARTBEAT if hb >= DEFAULT_HEARTBEAT else max(0.1, math.floor(hb * 10) / 10)
-
-
-def prune_capacity(heartbeat: float) -> float:
-    return PRUNE_CHUNK * PRUNE_CHUNKS / (4 * heartbeat)
 
 
 @dataclass
@@ -621,8 +608,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--heartbeat",
         type=float,
-        help="the worker's ACTA_HEARTBEAT_INTERVAL (default: 45, or shorter when the prune "
-        "could not keep up with twice the rate)",
+        default=DEFAULT_HEARTBEAT,
+        help="the worker's ACTA_HEARTBEAT_INTERVAL (default: 45, the product's)",
     )
     ap.add_argument("--retention", type=float, default=60.0, help="seconds finished jobs are kept")
     ap.add_argument("--ceiling-n", type=int, default=20000, help="jobs per ceiling drain")
@@ -680,7 +667,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 return 0
             rate = args.rate if args.rate is not None else ceil["median_steady"] / 2
             rate = float(round(rate))
-            heartbeat = args.heartbeat if args.heartbeat is not None else auto_heartbeat(rate)
+            heartbeat = float(args.heartbeat)
             meta.update(
                 rate=rate,
                 minutes=args.minutes,
@@ -688,13 +675,13 @@ async def main_async(args: argparse.Namespace) -> int:
                 executors=int(args.executors),
                 heartbeat=heartbeat,
                 retention_s=args.retention,
-                prune_capacity_per_s=prune_capacity(heartbeat),
             )
             say(
                 f"sustained: {rate:,.0f} jobs/s for {args.minutes:g} min, one worker "
                 f"({args.executors} executors, ACTA_HEARTBEAT_INTERVAL={heartbeat:g}: the "
-                f"recovery pass every {4 * heartbeat:g} s prunes at most "
-                f"{prune_capacity(heartbeat):,.0f} jobs/s), retention {args.retention:g} s"
+                f"recovery pass every {4 * heartbeat:g} s prunes what is due, going on "
+                f"while behind for up to {max(PRUNE_PASS_SECONDS, heartbeat):g} s), "
+                f"retention {args.retention:g} s"
             )
             run = await sustained(runners[0], args, rate, heartbeat, cluster.replica_dsn)
         finally:
