@@ -143,6 +143,9 @@ class Lifeline:
         self._stall: Stall | None = None
         self._looked: float | None = None
         """Monotonic time of the thread's previous look."""
+        self._thawed = float("-inf")
+        """Monotonic time the thread last found the whole process had been frozen: the loop
+        is measured from then on, not from before the freeze."""
         self._store: LifelineStore | None = None
         self._recovering: asyncio.Task[object] | None = None
         self._loop_thread: int | None = None
@@ -286,16 +289,21 @@ class Lifeline:
         looked, self._looked = self._looked, now
         if looked is not None and now - looked >= self.tick + self.threshold:
             # This thread did not run either: the whole process was frozen (SIGSTOP, a
-            # paused VM), not just its loop. Give the loop one tick to come back first.
+            # paused VM), not just its loop. The loop gets the allowance of a running one
+            # (a tick plus the threshold) from now on before it counts as blocked: just
+            # after a thaw it may need more than a tick (timers due, a busy machine), and
+            # a frozen process must not be told as a blocked loop.
+            self._thawed = now
             return
-        since = self._seen
+        seen = self._seen
+        since = max(seen, self._thawed)
         if now - since < self.tick + self.threshold:
             self._stall = None
             return
         stall = self._stall
         if stall is None or stall.since != since:
             stall = self._stall = Stall(since=since, next_renewal=now)
-            self._counted = since
+            self._counted = seen
             metrics.record_stall(self.namespace)
             self._warn(now - since - self.tick)
         if now >= stall.next_renewal:

@@ -212,6 +212,42 @@ async def test_a_frozen_process_is_told_apart_from_a_blocked_loop(warnings: list
     assert not any("event loop was blocked" in w for w in warnings)
 
 
+async def test_a_loop_slow_to_come_back_from_a_freeze_is_not_told_as_blocked(
+    warnings: list[str],
+) -> None:
+    """After a thaw the thread may look before the loop has run, and again a tick later
+    with the loop still catching up (a busy machine): the loop gets the allowance of a
+    running one, measured from the thaw, before it counts as blocked. Before, one tick
+    after the thaw it counted as a blocked loop (a fault test saw it under load)."""
+    clock, registry, store, lifeline = setup()
+    running(registry, clock, 1, "work", 300)
+    await lifeline.step()  # the thread's look before the freeze
+    freeze(clock, 20.0)
+    await lifeline.step()  # the thread looks first: it finds its own freeze
+    for _ in range(3):  # the loop not back yet, for less than tick + threshold (6 s)
+        clock.t += 1.5
+        await lifeline.step()
+    assert store.heartbeats == [] and not warnings
+    clock.advance(0)  # the loop comes back
+    assert any("did not run for" in w for w in warnings)
+    assert not any("event loop" in w for w in warnings)
+
+
+async def test_a_loop_blocked_after_a_thaw_is_still_renewed_and_told(
+    warnings: list[str],
+) -> None:
+    clock, registry, store, lifeline = setup()
+    running(registry, clock, 1, "work", 300)
+    await lifeline.step()
+    freeze(clock, 20.0)
+    await lifeline.step()  # the freeze
+    await block(lifeline, clock, 7.0)  # then the loop blocks past tick + threshold
+    await lifeline.step()
+    assert len(store.heartbeats) == 1  # renewed from the thread
+    clock.advance(0)
+    assert any("event loop was blocked" in w for w in warnings)
+
+
 async def test_the_alarm_applies_the_renewals_even_when_it_rings_before_the_ticker() -> None:
     clock, registry, store, lifeline = setup()
     entry = running(registry, clock, 1, "blocks_loop", 300)
