@@ -29,8 +29,8 @@ How it works (one thread, one event loop and one connection of its own):
   beating altogether, and the worker is marked dead after 7 beats, as if it had died.
 * A look that finds the thread itself did not run for a tick plus the threshold is a
   frozen process (SIGSTOP, a paused VM), not a blocked loop: nothing is renewed until the
-  loop has had a tick plus the threshold, from the thaw, to come back. A loop that ended without stopping the worker (closed
-  by an embedding application) stops the thread.
+  loop has had a tick plus the threshold, from the thaw, to come back. A loop that ended
+  without stopping the worker (closed by an embedding application) stops the thread.
 * When the loop comes back, :meth:`Lifeline.catch_up` (called by the registry before its
   alarm cancels anything and before a past deadline is believed, and by the ticker) moves
   each renewed entry's deadline to the lifeline's confirmed renewal start plus the attempt
