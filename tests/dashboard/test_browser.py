@@ -133,16 +133,28 @@ def serve(db: str) -> Iterator[Callable[..., str]]:
         thread.join(timeout=30)
 
 
-@pytest.fixture
-def page(serve: Callable[..., str]) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium for the module's tests on this xdist worker (starting one costs about
+    1.5 s of CPU); each test gets a context of its own (:func:`page`)."""
     with playwright_api.sync_playwright() as p:
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            context = browser.new_context(viewport={"width": 1280, "height": 860})
-            yield context.new_page()
+            yield launched
         finally:
-            browser.close()
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, serve: Callable[..., str]) -> Iterator[Any]:
+    """A page in a new browser context (its own cookies and storage: nothing carries over
+    from the test before), closed before the test's dashboard servers stop."""
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def _shot(page: Any, name: str) -> None:

@@ -194,7 +194,12 @@ async def test_crash_leaves_what_a_sigkill_leaves(
                 "AND application_name LIKE 'acta:%'"
             )
         )
-        return int(found.scalar() or 0)
+        count = int(found.scalar() or 0)
+        # A transaction reads pg_stat_activity once and keeps that snapshot: end it (a
+        # commit of reads; expire_on_commit=False keeps the job loaded), or every poll
+        # after the first would see the backends still there.
+        await async_session.commit()
+        return count
 
     # Every connection of the dead worker is gone (the server ends them as it notices).
     await until(lambda: _zero(connections()), timeout=10, what="the dead worker's connections")

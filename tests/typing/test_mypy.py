@@ -1,7 +1,13 @@
 """The public API type-checks for a user: mypy --strict on tests/typing/user_app.py, run
 outside the repository so that acta_sqla is found as an installed package (PEP 561: only
 through its py.typed marker), must reveal the types and report the errors its comments
-expect, and nothing else."""
+expect, and nothing else.
+
+mypy keeps its incremental cache in pytest's cache folder (``.pytest_cache/d/mypy``), so
+that a run after the first re-checks only what changed (about 0.2 s of CPU instead of 6 s
+for acta_sqla, SQLAlchemy and pydantic); mypy validates every cached module against its
+source and options, so the report is the same as a cold run's. Without pytest's cache
+(``-p no:cacheprovider``) it runs cold (``--no-incremental``)."""
 
 from __future__ import annotations
 
@@ -28,11 +34,18 @@ def expectations(source: str) -> tuple[dict[int, str], dict[int, str]]:
     return reveals, errors
 
 
-def test_mypy_reads_the_public_api_as_typed(tmp_path: Path) -> None:
+def _cache_options(config: pytest.Config) -> list[str]:
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return ["--no-incremental"]
+    return ["--cache-dir", str(cache.mkdir("mypy"))]
+
+
+def test_mypy_reads_the_public_api_as_typed(tmp_path: Path, pytestconfig: pytest.Config) -> None:
     source = (HERE / "user_app.py").read_text()
     (tmp_path / "user_app.py").write_text(source)
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "user_app.py"],
+        [sys.executable, "-m", "mypy", "--strict", *_cache_options(pytestconfig), "user_app.py"],
         capture_output=True,
         text=True,
         timeout=300,
