@@ -19,6 +19,7 @@ from sqlalchemy.sql import Select
 
 from acta_sqla import migrate
 from acta_sqla.queries import inspect as q
+from tests.plans import examined, nodes, outline
 
 KINDS = 6
 OLD_PER_KIND = 5000
@@ -85,28 +86,6 @@ def generic_explain(statement: Select[Any]) -> tuple[str, str]:
     )
 
 
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [plan, *(n for child in plan.get("Plans", []) for n in _nodes(child))]
-
-
-def _outline(plan: dict[str, Any], depth: int = 0) -> str:
-    line = "  " * depth + " ".join(
-        str(plan[key])
-        for key in ("Node Type", "Relation Name", "Index Name", "Actual Rows", "Actual Loops")
-        if key in plan
-    )
-    return "\n".join([line, *(_outline(c, depth + 1) for c in plan.get("Plans", []))])
-
-
-def _examined(node: dict[str, Any]) -> int:
-    per_loop = (
-        node.get("Actual Rows", 0)
-        + node.get("Rows Removed by Filter", 0)
-        + node.get("Rows Removed by Index Recheck", 0)
-    )
-    return int(per_loop * node.get("Actual Loops", 1))
-
-
 @pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
 @pytest.mark.parametrize("name", list(WINDOWS))
 async def test_a_window_reads_each_kinds_range_never_the_history(
@@ -124,22 +103,22 @@ async def test_a_window_reads_each_kinds_range_never_the_history(
     else:
         raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + literal(WINDOWS[name]()))
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-    nodes = _nodes(plan)
-    scans = [n for n in nodes if n.get("Relation Name") == "job"]
-    assert scans, _outline(plan)
-    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], _outline(plan)
-    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    every = nodes(plan)
+    scans = [n for n in every if n.get("Relation Name") == "job"]
+    assert scans, outline(plan)
+    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], outline(plan)
+    indexes = {n["Index Name"] for n in every if "Index Name" in n}
     if name in FAILURE_PAGES:
         # The window's failed rows only.
-        assert indexes == {"job_failed_idx"}, _outline(plan)
+        assert indexes == {"job_failed_idx"}, outline(plan)
         limit = KINDS * RECENT_PER_KIND // 2
     else:
         # The window's rows, and the kinds' walk (a row per kind and its end).
-        assert indexes == {"job_prune_idx"}, _outline(plan)
+        assert indexes == {"job_prune_idx"}, outline(plan)
         limit = KINDS * RECENT_PER_KIND + 2 * KINDS + 2
     # None of the KINDS * OLD_PER_KIND rows of history.
-    examined = sum(_examined(n) for n in scans)
-    assert examined <= limit, (examined, _outline(plan))
+    read = sum(examined(n) for n in scans)
+    assert read <= limit, (read, outline(plan))
 
 
 async def test_the_windows_count_what_finished_in_them(conn: asyncpg.Connection) -> None:

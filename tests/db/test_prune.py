@@ -18,6 +18,7 @@ from acta_sqla import migrate
 from acta_sqla.database import asyncpg_dsn
 from acta_sqla.store import WorkerStore
 from acta_sqla.worker import recovery
+from tests.plans import examined, nodes, outline
 
 DAY = 24 * 3600.0
 DEFAULT_RETENTION = 7 * DAY
@@ -196,38 +197,13 @@ KEPT_PER_KIND = 1000
 DUE = 30
 
 
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [plan, *(n for child in plan.get("Plans", []) for n in _nodes(child))]
-
-
 def _job_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes that read acta.job (the DELETE's ModifyTable node only writes)."""
     return [
         n
-        for n in _nodes(plan)
+        for n in nodes(plan)
         if n.get("Relation Name") == "job" and n["Node Type"].endswith("Scan")
     ]
-
-
-def _outline(plan: dict[str, Any], depth: int = 0) -> str:
-    """The plan as indented lines (node, relation, index, rows x loops): for failure messages."""
-    line = "  " * depth + " ".join(
-        str(plan[key])
-        for key in ("Node Type", "Relation Name", "Index Name", "Actual Rows", "Actual Loops")
-        if key in plan
-    )
-    return "\n".join([line, *(_outline(c, depth + 1) for c in plan.get("Plans", []))])
-
-
-def _examined(node: dict[str, Any]) -> int:
-    """Rows a scan node read from acta.job: returned plus filtered out, over all loops
-    (EXPLAIN gives per-loop averages, rounded: a small overcount at most)."""
-    per_loop = (
-        node.get("Actual Rows", 0)
-        + node.get("Rows Removed by Filter", 0)
-        + node.get("Rows Removed by Index Recheck", 0)
-    )
-    return int(per_loop * node.get("Actual Loops", 1))
 
 
 async def explain_pass(
@@ -272,16 +248,16 @@ async def test_a_pass_reads_no_finished_row_inside_retention(
 ) -> None:
     plan = await explain_pass(conn, store, generic)
 
-    nodes = _job_scans(plan["Plan"])
-    assert nodes
-    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], _outline(plan["Plan"])
-    indexes = {n["Index Name"] for n in _nodes(plan["Plan"]) if "Index Name" in n}
-    assert "job_finished_idx" not in indexes, _outline(plan["Plan"])
-    assert "job_prune_idx" in indexes, _outline(plan["Plan"])
-    examined = sum(_examined(n) for n in nodes)
+    scans = _job_scans(plan["Plan"])
+    assert scans
+    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], outline(plan["Plan"])
+    indexes = {n["Index Name"] for n in nodes(plan["Plan"]) if "Index Name" in n}
+    assert "job_finished_idx" not in indexes, outline(plan["Plan"])
+    assert "job_prune_idx" in indexes, outline(plan["Plan"])
+    read = sum(examined(n) for n in scans)
     # One row per kind to find the kinds (plus the walk's end), none of the history: the
     # statement this replaced read all KINDS * KEPT_PER_KIND.
-    assert examined <= 2 * KINDS + 2, (examined, _outline(plan["Plan"]))
+    assert read <= 2 * KINDS + 2, (read, outline(plan["Plan"]))
     assert await store.prune_finished(1000, DEFAULT_RETENTION) == 0
 
 
@@ -295,11 +271,11 @@ async def test_a_pass_with_rows_due_reads_about_what_it_deletes(
 
     plan = await explain_pass(conn, store, generic)
 
-    nodes = _job_scans(plan["Plan"])
-    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], _outline(plan["Plan"])
-    examined = sum(_examined(n) for n in nodes)
+    scans = _job_scans(plan["Plan"])
+    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], outline(plan["Plan"])
+    read = sum(examined(n) for n in scans)
     # The due rows, read once to lock and once to delete by primary key, plus the kinds.
-    assert examined <= 2 * DUE + 2 * KINDS + 2, (examined, _outline(plan["Plan"]))
+    assert read <= 2 * DUE + 2 * KINDS + 2, (read, outline(plan["Plan"]))
     assert await store.prune_finished(1000, DEFAULT_RETENTION) == DUE
     assert await remaining(conn, due + history) == set(history)
 
