@@ -419,6 +419,14 @@ class Timings:
             recovery_interval=lease,
         )
 
+    @property
+    def prune_budget(self) -> float:
+        """How long a recovery pass may go on pruning past its first PRUNE_CHUNKS chunks:
+        one heartbeat, at least PRUNE_PASS_SECONDS (a pass comes every 4 beats, so the
+        prune keeps up with thousands of finished jobs a second without holding a
+        connection for long)."""
+        return max(PRUNE_PASS_SECONDS, self.heartbeat)
+
 
 def load_settings(options: Mapping[str, str] | None = None, **overrides: object) -> ActaSettings:
     """Build settings from the environment plus ``overrides``; a bad value raises one clear

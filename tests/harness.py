@@ -232,8 +232,7 @@ def invoke_acta(
     from loguru import logger
 
     from acta_sqla.cli import app
-    from acta_sqla.cli._common import run_app
-    from acta_sqla.logging import worker_format
+    from acta_sqla.cli._common import add_cli_sink, run_app
 
     assert not args or args[0] != "worker", "acta worker runs in its own process: run_acta"
     try:
@@ -257,10 +256,7 @@ def invoke_acta(
             os.chdir(cwd)
             # configure_logging's sink, without its logger.remove(): the test process's
             # own sinks stay, and only this one is removed after.
-            sink = logger.add(
-                sys.stderr, level="INFO", format=worker_format, backtrace=False, diagnose=False
-            )
-            logger.enable("acta_sqla")
+            sink = add_cli_sink()
             try:
                 run_app(app, list(args))
             except SystemExit as exc:
@@ -431,6 +427,16 @@ class Workers:
         if self.ready if ready is None else ready:
             worker.wait_ready()
         return worker
+
+    def together(
+        self, n: int, *args: str, env: Mapping[str, str] | None = None
+    ) -> list[WorkerProcess]:
+        """Start ``n`` workers at once, then wait until each is ready: their imports and
+        registrations overlap instead of queueing one behind the other."""
+        started = [self(*args, env=env, ready=False) for _ in range(n)]
+        for worker in started:
+            worker.wait_ready()
+        return started
 
     def kill_all(self) -> None:
         """SIGKILL every worker of the test still alive."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -53,7 +54,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         *_loaded("asyncpg", "PostgresError", "InterfaceError"),
         OSError,  # refused, unreachable, unknown host, timeouts (TimeoutError is an OSError)
         # The embedded server's pg_ctl/initdb/psql failed.
-        *_loaded("subprocess", "CalledProcessError", "TimeoutExpired"),
+        subprocess.CalledProcessError,
+        subprocess.TimeoutExpired,
         # Connection refused, unknown database, permission denied, …; a URL SQLAlchemy
         # cannot parse.
         *_loaded("sqlalchemy.exc", "DBAPIError", "ArgumentError"),
@@ -106,10 +108,16 @@ def configure_logging(level: str = "INFO") -> None:
     """Send acta's logs to stderr, one short line each. Only the CLI does this: the library
     itself never configures log sinks. A line about a job ends with its id, kind, attempt
     and trace id (``acta_sqla.logging.worker_format``)."""
+    logger.remove()
+    add_cli_sink(level)
+
+
+def add_cli_sink(level: str = "INFO") -> int:
+    """The CLI's sink beside whatever sinks there are (stderr, one short line each), acta's
+    logs enabled; the sink's id. ``configure_logging`` removes the others first."""
     from ..logging import worker_format
 
-    logger.remove()
-    logger.add(
+    sink = logger.add(
         sys.stderr,
         level=level,
         format=worker_format,
@@ -117,6 +125,7 @@ def configure_logging(level: str = "INFO") -> None:
         diagnose=False,
     )
     logger.enable("acta_sqla")
+    return sink
 
 
 def shown_url(url: str) -> str:

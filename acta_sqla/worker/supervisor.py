@@ -27,7 +27,6 @@ from ..policy import Policy
 from ..settings import (
     BATCH_MAX_COMPLETIONS,
     DEFAULT_GRACE_SECONDS,
-    PRUNE_PASS_SECONDS,
     ActaSettings,
     load_settings,
 )
@@ -85,10 +84,6 @@ class Worker:
         """Set by :meth:`kill` (``acta_sqla.testing.faults.crash_at``)."""
         self.clock = clock or Clock()
         self.timings = self.settings.timings
-        # A pass prunes past its first chunks for up to one heartbeat (at least
-        # PRUNE_PASS_SECONDS): a pass comes every 4 beats, so the prune keeps up with
-        # thousands of finished jobs a second without holding a connection for long.
-        self._prune_budget = max(PRUNE_PASS_SECONDS, self.timings.heartbeat)
         self.executors_count = self.settings.executors
         self.registry = Registry(self.clock)
         self.permits = Permits(self.executors_count)
@@ -204,7 +199,7 @@ class Worker:
             store.twin,
             self.clock,
             namespace=self.namespace,
-            recover=functools.partial(run_recovery, prune_budget=self._prune_budget),
+            recover=functools.partial(run_recovery, prune_budget=self.timings.prune_budget),
             on_renewed=self.heartbeat.renewed_outside,
         )
         self._listen()
@@ -328,7 +323,7 @@ class Worker:
         assert self.store is not None
         self._recovering = True
         try:
-            await run_recovery(self.store, self._prune_budget)
+            await run_recovery(self.store, self.timings.prune_budget)
             # A chain broken by a path that wrote no completion of a fire (an operator's
             # cancel of a pending fire, a fire failed by recovery).
             await self.fires.ensure()

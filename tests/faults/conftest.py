@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from acta_sqla import migrate
-from tests.harness import Sql, WorkerProcess, Workers, insert_jobs
+from tests.harness import Sql, Workers, insert_jobs
 from tests.waiting import wait_for
 
 from . import oracle
@@ -68,17 +68,6 @@ def make_workers(url: str, sql: Sql, runs_log: Path, tmp_path: Path, app: str = 
 def workers(faults_db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Workers]:
     with make_workers(faults_db, sql, runs_log, tmp_path) as start:
         yield start
-
-
-def start_together(
-    start: Workers, n: int, *args: str, env: Mapping[str, str] | None = None
-) -> list[WorkerProcess]:
-    """Start ``n`` workers of ``start`` at once, then wait until each is ready: their
-    imports and registrations overlap instead of queueing one behind the other."""
-    started = [start(*args, env=env, ready=False) for _ in range(n)]
-    for worker in started:
-        worker.wait_ready()
-    return started
 
 
 def enqueue(sql: Sql, kind: str, n: int = 1, args: str = "{}", **cols: object) -> list[int]:

@@ -15,7 +15,7 @@ from tests.harness import Sql, Workers, insert_jobs, read_runs
 from tests.waiting import wait_for
 
 from . import oracle
-from .conftest import make_workers, start_together
+from .conftest import make_workers
 
 APP = "tests.e2e.app_breaker:acta"
 NAMESPACE = "breaker"
@@ -68,7 +68,7 @@ def test_sigkill_of_the_worker_running_the_probe_does_not_leave_the_breaker_stuc
         "BREAKER_DEPENDENCY_DOWN": str(down),
         "BREAKER_DEPENDENCY_HANGS": str(hangs),
     }
-    a, b = start_together(start, 2, env=env)
+    a, b = start.together(2, env=env)
     ids = insert_jobs(sql, NAMESPACE, "call_dependency", 12)
     wait_for(
         lambda: sql("SELECT state FROM acta.breaker") == [("open",)],

@@ -15,7 +15,7 @@ from tests.harness import Sql, Workers, insert_jobs
 from tests.waiting import wait_for
 
 from . import oracle
-from .conftest import make_workers, start_together
+from .conftest import make_workers
 
 APP = "tests.e2e.app_definitions:acta"
 NAMESPACE = "defs"
@@ -41,7 +41,7 @@ def test_a_paused_kind_is_never_claimed_through_a_sigkill_and_a_new_worker(
 ) -> None:
     # Two executors each: the SIGKILL loses a few rows of A's, not forty (each lost row is
     # run alone afterwards, as a suspect: ~0.5 s apiece).
-    a, b = start_together(start, 2, "--executors", "2")
+    a, b = start.together(2, "--executors", "2")
     with Session(sync_engine) as session:
         OPERATOR.set_policy_sync(session, "held", paused=True)
         session.commit()

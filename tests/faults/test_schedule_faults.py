@@ -16,7 +16,7 @@ from tests.harness import Sql, Workers, read_runs
 from tests.waiting import wait_for
 
 from . import oracle
-from .conftest import make_workers, start_together
+from .conftest import make_workers
 
 APP = "tests.e2e.app_schedules:acta"
 
@@ -48,7 +48,7 @@ def one_job_per_tick_run(r: oracle.Report, want: oracle.Expected) -> Iterator[st
 def test_three_workers_fire_each_tick_once_through_a_sigkill(
     sql: Sql, start: Workers, runs_log: Path
 ) -> None:
-    workers = start_together(start, 3)
+    workers = start.together(3)
     wait_for(lambda: len(fired(sql)) >= 4, timeout=30, what="the first fires")
     # Kill the worker running a fire, if one is caught running; else any.
     victim = workers[0]
@@ -109,7 +109,7 @@ def test_a_worker_killed_while_its_fire_s_completion_waits_for_a_pause(
     lost and the fire rescued by recovery and run again by the survivor), no fire is
     pending after the pause and none appears; resumed, the schedule fires on, each tick in
     one row and run by one job (I10)."""
-    workers = start_together(start, 2)
+    workers = start.together(2)
     wait_for(lambda: len(fired(sql)) >= 3, timeout=30, what="the first fires")
     by_id = {w.wait_ready(): w for w in workers}
     with psycopg.connect(faults_db) as pause:  # a transaction, held open until commit()

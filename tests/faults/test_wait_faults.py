@@ -18,7 +18,7 @@ from tests.harness import Sql, Workers, insert_jobs, read_runs
 from tests.waiting import wait_for
 
 from . import oracle
-from .conftest import make_workers, start_together
+from .conftest import make_workers
 
 APP = "tests.e2e.app_waits:acta"
 NAMESPACE = "waits"
@@ -38,7 +38,7 @@ def status(sql: Sql, job_id: int) -> str:
 def test_sigkill_in_the_middle_of_a_fan_out_counts_every_child_once(
     sql: Sql, start: Workers, runs_log: Path
 ) -> None:
-    a, b = start_together(start, 2)
+    a, b = start.together(2)
     n = 120
     [parent] = insert_jobs(
         sql, NAMESPACE, "fan_out", args=json.dumps({"n": n, "pause": 0.05, "fail_index": 7})
@@ -78,7 +78,7 @@ def test_signals_racing_their_waits_are_never_lost(
     """I17: 60 jobs, each signalled while it may be ready, executing or already parked.
     Whatever the interleaving, every job runs again and sees its signal; a worker killed
     in the middle loses none of them."""
-    a, _ = start_together(start, 2)
+    a, _ = start.together(2)
     ids = insert_jobs(sql, NAMESPACE, "approval", 60, args='{"order": 0}')
     errors: list[BaseException] = []
 
@@ -125,7 +125,7 @@ def test_sigkill_while_wait_cycles_across_lanes_are_broken(
             sql, NAMESPACE, "cross_lane", args=json.dumps(args), lane_key=f"B{k}"
         )
         pairs.append((older, younger))
-    a, _ = start_together(start, 2)
+    a, _ = start.together(2)
     wait_for(
         lambda: (
             sql("SELECT count(*) FROM acta.job WHERE kind = 'leaf' AND status = 'executing'")[0][0]
