@@ -87,7 +87,14 @@ class WorkerStore(LifecycleStatements, ScheduleStatements, RecoveryStatements):
         # The claim and the completion run thousands of times with the same plan: plan
         # them once (generic plans) instead of at every call. Both look their rows up by
         # primary key whatever the plan; tests/db/test_worker_sql.py checks the plans.
-        generic = {"plan_cache_mode": "force_generic_plan"}
+        # Once means with the statistics of the worker's start, kept until the next
+        # ANALYZE: a generic plan made while the table held a few rows (a worker started
+        # on an empty queue, a parent about to spawn 10,000 children) read the whole
+        # table and sorted it at every claim, and hash-joined it at every completion
+        # (issue 30: 8-15 ms per claim over 10,000 fresh rows instead of ~1). No sequential
+        # scan on these two connections: their plans take the claim index in order and
+        # the primary key whatever the statistics said (tests/db/test_fresh_plans.py).
+        generic = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
         self.claim_conn = RoleConnection(dsn, "claim", timeout=30.0, settings=generic)
         self.complete_conn = RoleConnection(dsn, "complete", timeout=60.0, settings=generic)
         self.heartbeat_conn = RoleConnection(dsn, "heartbeat", timeout=max(10.0, timings.heartbeat))

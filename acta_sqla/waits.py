@@ -23,6 +23,7 @@ from .errors import ActaError, InvalidJob
 from .policy import Refused, check_key, shown
 
 if TYPE_CHECKING:
+    from .handler import JobBatch
     from .models import Job
 
 
@@ -69,21 +70,35 @@ class WaitForSignal:
 class WaitForChildren:
     """Returned by a handler: spawn ``children`` (jobs built by ``handler.job(...)``, any
     kind and options but a unique key) and park the job until every one of them has
-    succeeded, failed or been cancelled."""
+    succeeded, failed or been cancelled.
 
-    children: Sequence[Job]
+    Many children of one kind are cheaper as ``handler.jobs([...])`` (a ``JobBatch``,
+    validated in one pass with no ORM object per job, as for ``acta.enqueue_many``): give
+    the batch itself, or batches and jobs together in one list, spawned in that order."""
+
+    children: Sequence[Job | JobBatch] | JobBatch
     rows: list[dict[str, Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        children = list(self.children)
-        if not children:
+        from .handler import JobBatch
+
+        given = self.children
+        items = [given] if isinstance(given, JobBatch) else list(given)
+        count = sum(len(item) if isinstance(item, JobBatch) else 1 for item in items)
+        if not count:
             raise InvalidJob("WaitForChildren: give at least one child job")
-        if len(children) > MAX_CHILDREN:
+        if count > MAX_CHILDREN:
             raise InvalidJob(
-                f"WaitForChildren: {len(children)} children; at most {MAX_CHILDREN} per wait "
+                f"WaitForChildren: {count} children; at most {MAX_CHILDREN} per wait "
                 "(wait for them in waves, or give each wave its own parent)"
             )
-        object.__setattr__(self, "rows", [child_row(job, i) for i, job in enumerate(children)])
+        rows: list[dict[str, Any]] = []
+        for item in items:
+            if isinstance(item, JobBatch):
+                rows += batch_rows(item, len(rows))
+            else:
+                rows.append(child_row(item, len(rows)))
+        object.__setattr__(self, "rows", rows)
 
 
 def held_lane(
@@ -143,6 +158,40 @@ def child_row(job: Job, index: int) -> dict[str, Any]:
         "rate_key": d.get("rate_key"),
         "lane_key": d.get("lane_key"),
     }
+
+
+def batch_rows(batch: JobBatch, first: int) -> list[dict[str, Any]]:
+    """The children of ``batch`` as :func:`child_row` gives a child (``first``: the index of
+    its first child among the wait's, for messages)."""
+    if batch.unique_keys is not None:
+        for i, key in enumerate(batch.unique_keys):
+            if key is not None:
+                raise InvalidJob(
+                    f"WaitForChildren: child {first + i} ({batch.kind}) has unique_key="
+                    f"{key!r}; a child cannot be unique (its parent must know how many it "
+                    "waits for)"
+                )
+    run_at = batch.run_at.isoformat() if batch.run_at is not None else None
+    n = len(batch)
+    lanes = batch.lane_keys or [None] * n
+    concurrency = batch.concurrency_keys or [None] * n
+    rates = batch.rate_keys or [None] * n
+    loads = json.loads
+    return [
+        {
+            "namespace": batch.namespace or "default",
+            "kind": batch.kind,
+            "args": loads(batch.args_json[i]),
+            "priority": batch.priority or 0,
+            "run_at": run_at,
+            "delay": batch.delay,
+            "max_attempts": batch.max_attempts,
+            "concurrency_key": concurrency[i],
+            "rate_key": rates[i],
+            "lane_key": lanes[i],
+        }
+        for i in range(n)
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ Workloads, alternating within each trial so that machine noise hits both:
   lane, each hand-on made by the completion that ends the lane's job;
 * ``fanout``: ONE parent job whose handler returns ``WaitForChildren`` of ``--n`` no-op
   children (spawned by its completion), then resumes once they have all ended: timed from
-  the worker's start until the parent has succeeded.
+  the worker's start until the parent has succeeded. The children are built as one batch
+  (``plain.jobs([...])``), as ``plain`` inserts its jobs in one statement;
+* ``fanout_job``: the same, each child built by ``plain.job(...)`` (one ORM object each).
 
 Reported per workload (medians): jobs/s, bounces per job (claims minus jobs: every claim
 mints one execution id, so the sequence counts them), PostgreSQL CPU per job (every
@@ -62,16 +64,20 @@ async def laned(ctx: Context, k: int = 0, i: int = 0) -> None:
 
 
 @acta.job
-async def fan(ctx: Context, n: int = 0) -> int:
+async def fan(ctx: Context, n: int = 0, one_by_one: bool = False) -> int:
     """Spawns ``n`` no-op children and waits for them; then counts them."""
     if ctx.resumed is None:
-        return WaitForChildren([plain.job(i=i) for i in range(n)])  # type: ignore[return-value]
+        if one_by_one:
+            return WaitForChildren([plain.job(i=i) for i in range(n)])  # type: ignore[return-value]
+        return WaitForChildren(plain.jobs({"i": i} for i in range(n)))  # type: ignore[return-value]
     return len(ctx.children)
 
 
 INSERTS = {
     "fanout": "INSERT INTO acta.job (namespace, kind, args) "
     "SELECT $1, 'fan', jsonb_build_object('n', $2::int)",
+    "fanout_job": "INSERT INTO acta.job (namespace, kind, args) "
+    "SELECT $1, 'fan', jsonb_build_object('n', $2::int, 'one_by_one', true)",
     "plain": "INSERT INTO acta.job (namespace, kind, args) "
     "SELECT $1, 'plain', jsonb_build_object('i', i) FROM generate_series(1, $2) AS i",
     "keyed": "INSERT INTO acta.job (namespace, kind, args, concurrency_key) "
@@ -97,7 +103,8 @@ async def trial(dsn: str, workload: str, n: int, keys: int, executors: int) -> d
     await asyncio.to_thread(migrate.upgrade, url)
     conn = await asyncpg.connect(url)
     try:
-        args = (NAMESPACE, n) if workload in ("plain", "fanout") else (NAMESPACE, n, keys)
+        keyless = workload in ("plain", "fanout", "fanout_job")
+        args = (NAMESPACE, n) if keyless else (NAMESPACE, n, keys)
         await conn.execute(INSERTS[workload], *args)
         await conn.execute("ANALYZE")
         await conn.execute("CHECKPOINT")
@@ -172,11 +179,11 @@ async def main_async(a: argparse.Namespace) -> int:
     summary = {
         w: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for w, rs in results.items()
     }
-    print(f"\n{'workload':<8} {'jobs/s':>9} {'bounces/job':>12} {'PG us/job':>10}")
+    print(f"\n{'workload':<10} {'jobs/s':>9} {'bounces/job':>12} {'PG us/job':>10}")
     for w, s in summary.items():
         jobs, bounces, pg = s["jobs_per_s"], s["bounces_per_job"], s["pg_us_per_job"]
-        print(f"{w:<8} {jobs:>9.0f} {bounces:>12.3f} {pg:>10.0f}")
-    for w in ("keyed", "laned", "fanout"):
+        print(f"{w:<10} {jobs:>9.0f} {bounces:>12.3f} {pg:>10.0f}")
+    for w in ("keyed", "laned", "fanout", "fanout_job"):
         if "plain" in summary and w in summary:
             ratio = summary[w]["jobs_per_s"] / summary["plain"]["jobs_per_s"]
             print(f"{w} / plain: {ratio:.0%}")

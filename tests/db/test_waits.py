@@ -107,6 +107,24 @@ async def test_a_repeated_spawn_inserts_the_children_once(
     assert await conn.fetchval("SELECT count(*) FROM acta.job WHERE parent_id = $1", parent.id) == 2
 
 
+async def test_children_given_as_a_batch_are_spawned_like_jobs_in_order(
+    conn: asyncpg.Connection, store: WorkerStore
+) -> None:
+    parent = await claim_one(conn, store)
+    wait = WaitForChildren([child.jobs([{"n": 0}, {"n": 1}], priority=-2), child.job(n=2)])
+    completion = completions.wait_for_children(parent, wait.rows, 0.1)
+    assert await store.complete_executions([completion]) == {parent.id}
+    assert (await row(conn, parent.id))["pending_children"] == 3
+    kids = await conn.fetch(
+        "SELECT args, priority, status FROM acta.job WHERE parent_id = $1 ORDER BY id", parent.id
+    )
+    assert [(json.loads(k["args"]), k["priority"], k["status"]) for k in kids] == [
+        ({"n": 0}, -2, "ready"),
+        ({"n": 1}, -2, "ready"),
+        ({"n": 2}, 0, "ready"),
+    ]
+
+
 async def test_a_cancel_requested_while_running_wins_over_the_wait(
     conn: asyncpg.Connection, store: WorkerStore
 ) -> None:
