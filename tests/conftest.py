@@ -29,6 +29,9 @@ Fixtures:
 * ``scratch_database``: a factory of empty databases on the same server, dropped after
   the test (for migration tests that must start from nothing).
 
+Order: longest first, dealt across the pytest-xdist workers (tests/ordering.py, by the
+durations in tests/durations.json; ``--record-durations`` rewrites that file).
+
 Bytecode: a shell that sets ``PYTHONDONTWRITEBYTECODE`` (this machine's does) would make
 every pytest-xdist worker compile and assertion-rewrite all 130 test modules from source
 at every run (about 4 s of CPU each), and every ``acta`` or example subprocess compile
