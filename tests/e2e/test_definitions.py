@@ -62,8 +62,8 @@ def test_lowering_timeout_and_concurrency_applies_within_a_heartbeat(
     ls = acta(db, tmp_path, "definitions", "ls")
     assert "* timeout            1.0" in ls.stdout and "  max_attempts       1" in ls.stdout
     [slow] = insert_jobs(sql, NAMESPACE, "held", args='{"seconds": 5}', concurrency_key="all")
-    # Three more of the key: four in all, what the old limit (4) would have run at once;
-    # each beyond the one running waits out a bounce (2 s), so no more than that.
+    # Three more of the key: four in all, which the old limit (4) would have run at once.
+    # No more than that: each one beyond the running one waits out 2 s bounces.
     fast = insert_jobs(sql, NAMESPACE, "held", 3, concurrency_key="all")
     wait_for(
         lambda: sql("SELECT count(*) FROM acta.job WHERE finished_at IS NOT NULL") == [(4,)],
