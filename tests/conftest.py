@@ -29,6 +29,9 @@ Fixtures:
 * ``scratch_database``: a factory of empty databases on the same server, dropped after
   the test (for migration tests that must start from nothing).
 
+Order: longest first, dealt across the pytest-xdist workers (tests/ordering.py, by the
+durations in tests/durations.json; ``--record-durations`` rewrites that file).
+
 Bytecode: a shell that sets ``PYTHONDONTWRITEBYTECODE`` (this machine's does) would make
 every pytest-xdist worker compile and assertion-rewrite all 130 test modules from source
 at every run (about 4 s of CPU each), and every ``acta`` or example subprocess compile
@@ -60,6 +63,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 from sqlalchemy.orm import Session
 
 from acta_sqla.models import SCHEMA
+from tests import ordering
 from tests.harness import Sql, SqlRunner, worker_env
 from tests.pgserver import RUN_DIR_KEY, RunDir, admin, drop_database, plain_url, private_folder
 
@@ -90,6 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:  # the controller (or a run without xdist): the run's folder
         config.stash[_RUN_DIR] = RunDir.create()
+        if config.getoption("record_durations"):
+            config.pluginmanager.register(ordering.DurationRecorder(), "acta-record-durations")
     else:
         config.stash[_RUN_DIR] = RunDir(Path(workerinput[RUN_DIR_KEY]))
 
@@ -100,30 +106,21 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[RUN_DIR_KEY] = str(node.config.stash[_RUN_DIR].path)
 
 
-_SLOW_TIERS_FIRST = (
-    "faults",
-    "e2e",
-    "model",
-    "kit",
-    "typing",
-    "examples",
-    "dashboard",
-    "docs",
-    "db",
-)
-"""The tiers in the order they run: the ones that wait on real processes and leases first,
-and the long single tests (the model check: 20-60 s; a user's suite in a subprocess; mypy),
-so that pytest-xdist's workers end on the quick tests instead of one long test running on
-alone at the end (the order within a tier is kept)."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help="write the durations of this run's slow tests to tests/durations.json "
+        "(the estimates tests/ordering.py runs the longest tests first by)",
+    )
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: order what runs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def tier(item: pytest.Item) -> int:
-        parts = Path(item.path).relative_to(_TESTS).parts
-        top = parts[0] if len(parts) > 1 else ""
-        return _SLOW_TIERS_FIRST.index(top) if top in _SLOW_TIERS_FIRST else len(_SLOW_TIERS_FIRST)
-
-    items.sort(key=tier)
+    """Longest first, dealt across the pytest-xdist workers (tests/ordering.py)."""
+    durations = ordering.load_durations()
+    seconds = [ordering.estimate(item.nodeid, durations) for item in items]
+    items[:] = ordering.arrange(items, seconds, ordering.worker_count())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -31,7 +31,8 @@ DRAIN_CHECK_SECONDS = 0.01
 SUSPECT_PROBE_SECONDS = 1.0
 """How often a claim also asks whether a suspect is due (the full ``claim_jobs``); the
 claims in between are the plain hot claim, which never takes a suspect. A due suspect
-waits at most about this long (plus the drain) before a worker turns to it."""
+waits at most about this long (plus the drain) before a worker turns to it. The claim
+right after a suspect ran alone probes whatever the time (the next suspect of its batch)."""
 
 
 class ClaimStore(Protocol):
@@ -153,6 +154,11 @@ class Claimer(LoopStage):
             # A suspect runs alone until it is done; for a due suspect, drain first (but
             # ask again now and then: another worker may have taken it).
             await self._drain(None if self._isolated else DRAIN_PROBE_SECONDS)
+            if self._isolated:
+                # Suspects come in batches (a worker's death loses every row it held): the
+                # claim after one ran alone probes at once for the next, instead of within
+                # SUSPECT_PROBE_SECONDS, so the batch is not run at one row a second.
+                self._next_probe = float("-inf")
             self._isolated = False
             if self.stopping:
                 return 0

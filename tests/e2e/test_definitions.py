@@ -30,8 +30,7 @@ def workers(db: str, sql: Sql, runs_log: Path, tmp_path: Path) -> Iterator[Worke
     with Workers(
         APP, db, sql, runs_log, tmp_path, defaults={"ACTA_HEARTBEAT_INTERVAL": "0.5"}, ready=True
     ) as started:
-        started()
-        started()
+        started.together(2)
         yield started
 
 
@@ -63,9 +62,11 @@ def test_lowering_timeout_and_concurrency_applies_within_a_heartbeat(
     ls = acta(db, tmp_path, "definitions", "ls")
     assert "* timeout            1.0" in ls.stdout and "  max_attempts       1" in ls.stdout
     [slow] = insert_jobs(sql, NAMESPACE, "held", args='{"seconds": 5}', concurrency_key="all")
-    fast = insert_jobs(sql, NAMESPACE, "held", 6, concurrency_key="all")
+    # Three more of the key: four in all, which the old limit (4) would have run at once.
+    # No more than that: each one beyond the running one waits out 2 s bounces.
+    fast = insert_jobs(sql, NAMESPACE, "held", 3, concurrency_key="all")
     wait_for(
-        lambda: sql("SELECT count(*) FROM acta.job WHERE finished_at IS NOT NULL") == [(7,)],
+        lambda: sql("SELECT count(*) FROM acta.job WHERE finished_at IS NOT NULL") == [(4,)],
         timeout=60,
         what="every job to end",
     )

@@ -40,7 +40,7 @@ def test_a_paused_kind_is_never_claimed_through_a_sigkill_and_a_new_worker(
     sql: Sql, start: Workers, runs_log: Path, sync_engine: Engine
 ) -> None:
     # Two executors each: the SIGKILL loses a few rows of A's, not forty (each lost row is
-    # run alone afterwards, as a suspect: ~0.5 s apiece).
+    # run alone afterwards, as a suspect, one after the other on each worker).
     a, b = start.together(2, "--executors", "2")
     with Session(sync_engine) as session:
         OPERATOR.set_policy_sync(session, "held", paused=True)

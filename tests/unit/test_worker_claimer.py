@@ -295,3 +295,31 @@ async def test_a_suspect_claimed_alone_keeps_its_worker_to_itself_until_done() -
     await take_all(claimed)
     assert await task == 2
     assert store.alone_asks == [True, True]
+
+
+async def test_the_claim_after_a_suspect_ran_alone_probes_at_once() -> None:
+    # A worker's death loses its whole batch, all suspects: at one probe a second per
+    # worker, the rows a crash of a busy worker lost took tens of seconds to run again.
+    clock = FakeClock()
+    store, registry, permits, claimed, claimer = make(8, clock)
+    store.to_claim = [[job(9, alone=True)], [job(10, alone=True)], [job(1)], [job(2)]]
+    [first] = await claim_one(claimer, claimed)  # the first claim probes
+    task = asyncio.create_task(claimer.run_once())
+    clock.advance(0.1)  # well within the probe interval
+    registry.remove(first.key)
+    permits.release(1)
+    [second] = await take_all_of(task, claimed)
+    assert second.job.id == 10 and store.alone_asks == [True, True]
+    registry.remove(second.key)
+    permits.release(1)
+    await claim_one(claimer, claimed)  # after the second suspect: a probe again
+    clock.advance(0.1)
+    await claim_one(claimer, claimed)  # a plain claim: no suspect ran in between
+    assert store.alone_asks == [True, True, True, None]
+
+
+async def take_all_of(task: asyncio.Task[int], claimed: asyncio.Queue[Entry | None]) -> list[Entry]:
+    await until(lambda: not claimed.empty() or task.done())
+    entries = await take_all(claimed)
+    await task
+    return entries
