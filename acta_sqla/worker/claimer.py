@@ -87,6 +87,10 @@ class Claimer(LoopStage):
         as a completion can make rows due (a parent its last child wakes, a lane's next
         job), and a suspect may have become due meanwhile (``wake(probe=True)``)."""
         self.claims = 0
+        self.claiming = False
+        """A claim statement is in flight: rows it takes are neither in the registry nor
+        'ready' yet. Burst mode reads it (with ``claims``) so that it never calls the
+        queue empty from a look taken while a claim was moving rows."""
         self.claimed_rows = 0
         self._on_claim = on_claim
         """Called after each claim that found work: (rows, seconds the claim took)."""
@@ -168,6 +172,7 @@ class Claimer(LoopStage):
             return 0
         self.wake_event.clear()
         started = self.clock.now()
+        self.claiming = True
         alone = len(self.registry) == 0
         # Ask whether a suspect is due at most once per probe interval (and on every claim
         # while draining for one); in between, the plain claim pays nothing for suspects.
@@ -179,6 +184,7 @@ class Claimer(LoopStage):
             else:
                 claim = Claim(await self.store.claim_plain(permits), False)
         except Exception as exc:
+            self.claiming = False
             self.permits.release(permits)
             log.bind(event="claim_failed").warning(
                 "claim failed, retrying in {:.1f}s: {}", self.safety_poll, exc
@@ -188,6 +194,9 @@ class Claimer(LoopStage):
         jobs = claim.jobs
         self.permits.release(permits - len(jobs))
         self.claims += 1
+        # From here to the registry's adds (or the idle mark) nothing awaits: the rows are
+        # accounted for before anyone else runs.
+        self.claiming = False
         self._suspect_due = claim.suspect_due and not jobs
         if not jobs:
             if self._suspect_due:

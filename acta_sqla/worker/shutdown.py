@@ -51,16 +51,24 @@ def executing(registry: Registry) -> int:
     return sum(1 for e in registry if e.state is not EntryState.FINALIZING)
 
 
+def quiet(worker: Worker) -> bool:
+    """Nothing in flight: the last claim found nothing, no claim is running or asked for,
+    no attempt is executing, no outcome waits for the finalizer."""
+    return (
+        worker.claimer.idle.is_set()
+        and not worker.claimer.claiming
+        and len(worker.registry) == 0
+        and not worker.claimer.wake_event.is_set()
+        and worker.completed.empty()
+    )
+
+
 async def wait_burst_done(worker: Worker) -> None:
     """A burst worker's run: until no job is due and nothing is in flight."""
     while not worker._stop_requested.is_set():
-        if (
-            worker.claimer.idle.is_set()
-            and len(worker.registry) == 0
-            and not worker.claimer.wake_event.is_set()
-            and worker.completed.empty()
-        ):
+        if quiet(worker):
             if worker.claimer.idle_since >= worker.finalizer.written_at:
+                claims = worker.claimer.claims
                 # Nothing due. Done, unless admission bounced a job (no free slot of its
                 # concurrency key, or its rate window): it waits for its slot or window,
                 # not for a time its enqueuer chose, so the burst runs it too. A job
@@ -74,7 +82,12 @@ async def wait_burst_done(worker: Worker) -> None:
                     await worker.clock.wait(worker._stop_requested, 1.0)
                     continue
                 if due_in is None:
-                    return
+                    if quiet(worker) and worker.claimer.claims == claims:
+                        return
+                    # A claim ran while the database was asked (the claimer's own timer:
+                    # a bounced job came due). The rows it took were not 'ready' for the
+                    # question, nor in the registry yet: look again.
+                    continue
                 # The claimer wakes by itself when the job is due; look again then.
                 await worker.clock.wait(worker._stop_requested, max(due_in, BURST_RECHECK))
                 worker.claimer.wake(probe=True)
