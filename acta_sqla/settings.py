@@ -1,8 +1,8 @@
 """Settings: read from ``ACTA_*`` environment variables and ``.env`` by pydantic-settings.
 
-Only the seed's three tunables are settable (heartbeat interval, executor count, safety
-poll interval); every other timing is a constant below or derives from the heartbeat.
-All durations are in seconds.
+The tunables are the seed's three (heartbeat interval, executor count, safety poll
+interval) and the shutdown's forced-stop wait; every other timing is a constant below or
+derives from the heartbeat. All durations are in seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from .defaults import DEFAULT_FORCED_STOP_SECONDS as DEFAULT_FORCED_STOP_SECONDS
 from .defaults import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS
 from .errors import ConfigurationError
 
@@ -240,6 +241,29 @@ def check_grace(value: float, where: str) -> float:
     return value
 
 
+FORCED_STOP_RULE = "must be a finite number of seconds > 0"
+"""What :func:`check_forced_stop` and the ``forced_stop_wait`` field ask, as each refusal says
+it."""
+
+
+def forced_stop_ok(value: float) -> bool:
+    """A forced-stop wait is a finite number of seconds > 0. Not 0: a cancelled handler needs
+    at least a few loop turns to end, and one the worker did not wait for would be named as
+    ignoring its cancel and left to its lease. Not inf: the wait is what bounds the stop that
+    one SIGTERM asks for past a handler that swallows its cancel. Not NaN: every comparison
+    with it is false."""
+    return math.isfinite(value) and value > 0
+
+
+def check_forced_stop(value: float, where: str) -> float:
+    """THE rule for a forced-stop wait given as an option (``ACTA_FORCED_STOP_WAIT`` says
+    the same through the field's validator): ``where`` names it as the user wrote it
+    (``--forced-stop-wait nan``)."""
+    if not forced_stop_ok(value):
+        raise ConfigurationError(f"{where}: {FORCED_STOP_RULE}")
+    return value
+
+
 def default_data_dir() -> Path:
     import platformdirs
 
@@ -323,6 +347,11 @@ class ActaSettings(BaseSettings):
         description="Seconds: the longest idle sleep, the back-off after a failed claim, and "
         "the delay of a job handed back for want of a handler.",
     )
+    forced_stop_wait: float = Field(
+        default=DEFAULT_FORCED_STOP_SECONDS,
+        description="Seconds a stopping worker waits, after the grace, for the handlers it "
+        "cancelled to end; one still running then is left to its lease and the worker exits.",
+    )
     data_dir: Path = Field(
         default_factory=default_data_dir, description="Data folder of the embedded PostgreSQL."
     )
@@ -367,6 +396,13 @@ class ActaSettings(BaseSettings):
     def _check_schema(cls, value: str) -> str:
         if not SCHEMA_PATTERN.match(value):
             raise ValueError("must be a lower-case PostgreSQL identifier such as 'acta'")
+        return value
+
+    @field_validator("forced_stop_wait")
+    @classmethod
+    def _check_forced_stop(cls, value: float) -> float:
+        if not forced_stop_ok(value):
+            raise ValueError(FORCED_STOP_RULE)
         return value
 
     @field_validator("database_url")

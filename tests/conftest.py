@@ -14,6 +14,9 @@ Fixtures:
 * ``server_url`` (session): a database on the run's server, for CREATE/DROP DATABASE.
 * ``private_tmp``: a new folder outside pytest's base temp, removed after the test: the
   parent of an embedded server's data in tests that start one of their own.
+* ``fresh_data_dir``: ``private_tmp / "pgdata"`` holding a cluster that was never started
+  (a copy of the run's one initdb, tests/pgserver.py), for a test that starts an embedded
+  server of its own but does not test initdb itself.
 * ``database_url`` (session): the test database's URL, plain ``postgresql://`` form.
 * ``db``: empties acta's tables (and restarts their sequences), then yields the URL.
 * ``async_engine`` / ``async_session``: asyncpg; the session has ``expire_on_commit=False``
@@ -176,6 +179,16 @@ def private_tmp() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_data_dir(run_dir: RunDir, private_tmp: Path) -> Path:
+    """A new embedded server's data folder, ``private_tmp / "pgdata"``, as initdb left it
+    (never started: no ``acta`` database yet, nothing migrated); a copy of the run's one
+    initdb (tests/pgserver.py, "fresh-cluster")."""
+    data_dir = private_tmp / "pgdata"
+    run_dir.copy_fresh_cluster(data_dir)
+    return data_dir
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from loguru import logger
 
-from ..defaults import DEFAULT_GRACE_SECONDS
+from ..defaults import DEFAULT_FORCED_STOP_SECONDS, DEFAULT_GRACE_SECONDS
 from ..errors import ConfigurationError, WorkerCrashed
 from ._common import run_cli
 
@@ -51,12 +51,27 @@ def worker(
     grace: Annotated[
         float, typer.Option(help="Seconds running handlers get to finish at shutdown.")
     ] = DEFAULT_GRACE_SECONDS,
+    forced_stop_wait: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the handlers cancelled after the grace get to end, then the worker "
+            "exits past them (default: ACTA_FORCED_STOP_WAIT, or "
+            f"{DEFAULT_FORCED_STOP_SECONDS:g})."
+        ),
+    ] = None,
     burst: Annotated[
         bool, typer.Option(help="Stop once no job is due and nothing is running.")
     ] = False,
 ) -> None:
     """Run jobs until SIGTERM/SIGINT (the second signal cancels running handlers)."""
-    serve(app, executors=executors, namespace=namespace, grace=grace, burst=burst)
+    serve(
+        app,
+        executors=executors,
+        namespace=namespace,
+        grace=grace,
+        forced_stop_wait=forced_stop_wait,
+        burst=burst,
+    )
 
 
 def serve(
@@ -65,20 +80,32 @@ def serve(
     executors: int | None = None,
     namespace: str | None = None,
     grace: float = DEFAULT_GRACE_SECONDS,
+    forced_stop_wait: float | None = None,
     burst: bool = False,
 ) -> None:
     """Run the worker of the app ``module:attribute`` (None: ``ACTA_APP``, from the
     environment or ``.env``) until SIGTERM/SIGINT, or until idle with ``burst``."""
-    from ..settings import check_executors, check_grace, load_settings
+    from ..settings import check_executors, check_forced_stop, check_grace, load_settings
 
     if executors is not None:
         check_executors(executors, f"--executors {executors}")
     check_grace(grace, f"--grace {grace:g}")
+    if forced_stop_wait is not None:
+        check_forced_stop(forced_stop_wait, f"--forced-stop-wait {forced_stop_wait:g}")
     # ACTA_APP is a setting like the others: Typer reads the environment (envvar), the
     # settings the .env file of the current folder too.
     acta = load_app(app or load_settings().app)
     runner = _runner()
-    runner(run_worker(acta, executors=executors, namespace=namespace, grace=grace, burst=burst))
+    runner(
+        run_worker(
+            acta,
+            executors=executors,
+            namespace=namespace,
+            grace=grace,
+            forced_stop_wait=forced_stop_wait,
+            burst=burst,
+        )
+    )
     _exit_past_stuck_threads()
 
 
@@ -124,6 +151,7 @@ async def run_worker(
     executors: int | None = None,
     namespace: str | None = None,
     grace: float = DEFAULT_GRACE_SECONDS,
+    forced_stop_wait: float | None = None,
     burst: bool = False,
 ) -> None:
     from .. import _faults
@@ -132,19 +160,31 @@ async def run_worker(
     # command run in-process, as a test does, must not leave its process marked for good).
     marked, _faults.worker_process = _faults.worker_process, True
     try:
-        await _run(app, executors, namespace, grace, burst)
+        await _run(app, executors, namespace, grace, forced_stop_wait, burst)
     finally:
         _faults.worker_process = marked
 
 
 async def _run(
-    app: Acta, executors: int | None, namespace: str | None, grace: float, burst: bool
+    app: Acta,
+    executors: int | None,
+    namespace: str | None,
+    grace: float,
+    forced_stop_wait: float | None,
+    burst: bool,
 ) -> None:
     from ..settings import load_settings
     from ..worker import Worker
 
-    given = {"executors": "--executors"} | ({"namespace": "--namespace"} if namespace else {})
-    settings = load_settings(given, executors=executors, namespace=namespace or app.namespace)
+    given = {"executors": "--executors", "forced_stop_wait": "--forced-stop-wait"} | (
+        {"namespace": "--namespace"} if namespace else {}
+    )
+    settings = load_settings(
+        given,
+        executors=executors,
+        namespace=namespace or app.namespace,
+        forced_stop_wait=forced_stop_wait,
+    )
     worker = Worker(app, settings, grace=grace, burst=burst)
     loop = asyncio.get_running_loop()
     signals = 0

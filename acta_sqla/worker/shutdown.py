@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 log = logger.bind(stage="worker")
 
-FORCED_STOP_SECONDS = 10.0
-"""After handlers are cancelled at shutdown, how long to wait for them to end."""
+# After handlers are cancelled at shutdown, how long to wait for them to end: the setting
+# ``forced_stop_wait`` (ACTA_FORCED_STOP_WAIT, `acta worker --forced-stop-wait`, 10 s).
 STUBBORN_WAIT_SECONDS = 1.0
 """Once a handler is known to ignore its cancel, how long the other executors get to end."""
 FLUSH_SECONDS = 30.0
@@ -39,11 +39,11 @@ BURST_RECHECK = 0.05
 """A burst worker's shortest wait before it looks again for a bounced job that is due."""
 
 
-def executors_wait(stubborn: list[Entry]) -> float:
-    """How long the executors get to end: an executor whose handler swallowed its cancel
-    never reads the None, so it is not waited for again (its row is left to its lease;
-    the CLI exits past its task)."""
-    return STUBBORN_WAIT_SECONDS if stubborn else FORCED_STOP_SECONDS
+def executors_wait(stubborn: list[Entry], forced_stop: float) -> float:
+    """How long the executors get to end (``forced_stop``: the forced-stop wait): an
+    executor whose handler swallowed its cancel never reads the None, so it is not waited
+    for again (its row is left to its lease; the CLI exits past its task)."""
+    return STUBBORN_WAIT_SECONDS if stubborn else forced_stop
 
 
 def executing(registry: Registry) -> int:
@@ -107,11 +107,19 @@ async def shutdown(worker: Worker) -> None:
     await worker.claimer.stop()
     handed = hand_back_unstarted(worker)
     await wait_executing(worker, worker.grace)
-    if executing(worker.registry):
+    if running := executing(worker.registry):
+        wait = worker.settings.forced_stop_wait
+        if not worker._force.is_set():  # a second signal waits for nothing (its own line)
+            log.bind(event="handlers_cancelled", count=running).warning(
+                "the grace is over: cancelling {} running handler(s) and waiting up to {:g}s "
+                "for them to end (the forced-stop wait, ACTA_FORCED_STOP_WAIT)",
+                running,
+                wait,
+            )
         interrupt_all(worker)
-        await wait_executing(worker, FORCED_STOP_SECONDS)
+        await wait_executing(worker, wait)
     worker.stubborn = report_stubborn(worker.registry)
-    await worker.executors.stop(executors_wait(worker.stubborn))
+    await worker.executors.stop(executors_wait(worker.stubborn, worker.settings.forced_stop_wait))
     await worker.finalizer.stop(FLUSH_SECONDS)
     if worker.killed:  # crash_at's point was the shutdown's last write: write nothing more
         await bury(worker)

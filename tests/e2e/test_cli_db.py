@@ -165,9 +165,9 @@ def test_a_command_against_a_schema_behind_this_code_says_to_upgrade(
 
 
 def test_embedded_default_when_no_url_is_configured(
-    tmp_path: Path, private_tmp: Path, head: str
+    tmp_path: Path, fresh_data_dir: Path, head: str
 ) -> None:
-    data_dir = private_tmp / "pgdata"
+    data_dir = fresh_data_dir  # a new cluster (tests/conftest.py)
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         up = _acta_process("db", "upgrade", env=env, cwd=tmp_path)
@@ -221,11 +221,11 @@ def test_control_characters_in_stored_text_reach_the_terminal_escaped(
 
 
 def test_db_url_prints_the_embedded_servers_url_starting_it(
-    tmp_path: Path, private_tmp: Path, head: str
+    tmp_path: Path, fresh_data_dir: Path, head: str
 ) -> None:
     # No ACTA_DATABASE_URL: `acta db url` starts the embedded server (in a data folder of its
     # own here) and prints the URL every acta command uses, which psql or psycopg can use too.
-    data_dir = private_tmp / "pgdata"
+    data_dir = fresh_data_dir  # a new cluster (tests/conftest.py)
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         shown = _acta_process("db", "url", env=env, cwd=tmp_path)
@@ -280,9 +280,9 @@ def test_db_url_prints_the_configured_url_password_masked(
 
 
 def test_demo_on_the_embedded_default_says_the_server_keeps_running_and_how_to_stop_it(
-    tmp_path: Path, private_tmp: Path
+    tmp_path: Path, fresh_data_dir: Path
 ) -> None:
-    data_dir = private_tmp / "pgdata"
+    data_dir = fresh_data_dir  # a new cluster (tests/conftest.py)
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         demo = _acta_process("demo", "--users", "5", env=env, cwd=tmp_path)

@@ -206,8 +206,8 @@ def test_a_user_mistake_is_one_line_and_exit_3(
     assert ":pw@" not in lines[0]
 
 
-def test_the_embedded_default_when_no_url_is_set(tmp_path: Path, private_tmp: Path) -> None:
-    data_dir = private_tmp / "pgdata"
+def test_the_embedded_default_when_no_url_is_set(tmp_path: Path, fresh_data_dir: Path) -> None:
+    data_dir = fresh_data_dir  # a new cluster (tests/conftest.py)
     env = worker_env(None, ACTA_DATA_DIR=str(data_dir))
     try:
         up = subprocess.run(

@@ -219,3 +219,31 @@ def test_a_nan_grace_is_one_line_and_exit_2(db, sql, tmp_path, app, grace) -> No
     assert done.returncode == 2
     assert done.stderr == "acta worker: --grace nan: must be >= 0 seconds\n"
     assert sql("SELECT count(*) FROM acta.worker") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("args", "dotenv", "line"),
+    [
+        (
+            ("--forced-stop-wait", "nan"),
+            "",
+            "--forced-stop-wait nan: must be a finite number of seconds > 0",
+        ),
+        (
+            (),
+            "ACTA_FORCED_STOP_WAIT=-1\n",
+            "invalid setting ACTA_FORCED_STOP_WAIT='-1': must be a finite number of seconds > 0",
+        ),
+    ],
+    ids=["option", "setting"],
+)
+def test_a_bad_forced_stop_wait_is_one_line_and_exit_2(  # type: ignore[no-untyped-def]
+    db, sql, tmp_path, args: tuple[str, ...], dotenv: str, line: str
+) -> None:
+    """The option, or ACTA_FORCED_STOP_WAIT (here from the .env file of the folder the
+    worker starts in): refused before the worker registers, in one line."""
+    (tmp_path / ".env").write_text(dotenv)
+    done = harness_run_acta(db, "e2e", tmp_path, "worker", *PATHS["long"], "--burst", *args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"acta worker: {line}\n"
+    assert sql("SELECT count(*) FROM acta.worker") == [(0,)]

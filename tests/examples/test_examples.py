@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,14 +107,15 @@ def test_every_example_is_run_here_and_linked_from_the_readme() -> None:
     assert [e for e in examples if f"(examples/{e}.py)" not in readme] == []
 
 
-def test_an_example_runs_on_the_embedded_default(acta_env: dict[str, str]) -> None:
+def test_an_example_runs_on_the_embedded_default(
+    acta_env: dict[str, str], fresh_data_dir: Path
+) -> None:
     """With no ACTA_DATABASE_URL the examples start the embedded PostgreSQL, as a user's
-    first run does (here in a data folder of its own, stopped and removed after)."""
-    # Not under pytest's base temp: the server runs as its own user when the tests run as
-    # root, and must reach the folder (/tmp lets it; mkdtemp's 0700 is widened).
-    folder = Path(tempfile.mkdtemp(prefix="acta-example-pg-"))
-    folder.chmod(0o755)
-    data_dir = folder / "pgdata"
+    first run does (here in a data folder of its own, a cluster never started before, as
+    initdb left it; stopped and removed after). The folder is not under pytest's base
+    temp: the server runs as its own user when the tests run as root, and must reach it
+    (tests/conftest.py's ``private_tmp``)."""
+    data_dir = fresh_data_dir
     env = {k: v for k, v in acta_env.items() if k != "ACTA_DATABASE_URL"}
     env["ACTA_DATA_DIR"] = str(data_dir)
     try:
@@ -132,4 +131,3 @@ def test_an_example_runs_on_the_embedded_default(acta_env: dict[str, str]) -> No
         assert "account 1: entries applied in commit order [100, -30, 5]" in done.stdout
     finally:
         embedded.stop(data_dir)
-        shutil.rmtree(folder, ignore_errors=True)

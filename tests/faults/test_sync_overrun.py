@@ -107,18 +107,22 @@ def test_a_worker_stops_past_a_sync_handler_that_never_returns(
     handler (30 s timeout) that ignores the request to stop. No completion is written for
     the running thread (an uncharged one, due at once, would let the job run again while
     the thread runs on): the row comes back through recovery once its lease runs out."""
-    stopping = workers(*APP, "--grace", "1")
+    # A short forced-stop wait (ACTA_FORCED_STOP_WAIT; 10 s by default): the worker must
+    # exit past the thread whatever its length.
+    stopping = workers(*APP, "--grace", "1", env={"ACTA_FORCED_STOP_WAIT": "2"})
     [job] = enqueue(sql, "hangs", args='{"seconds": 3600}')
     wait_for(lambda: read_runs(runs_log), 30, "the handler to start")
     signalled = time.monotonic()
     stopping.signal(signal.SIGTERM)
     assert stopping.wait(40) == 0, stopping.output()
     gone = time.monotonic()
-    # The grace (1 s), the forced-stop wait (10 s), then past the stuck executor (1 s).
-    assert gone - signalled < 1 + 10 + 1 + 5, stopping.output()
+    # The grace (1 s), the forced-stop wait (2 s), then past the stuck executor (1 s).
+    assert gone - signalled < 1 + 2 + 1 + 5, stopping.output()
+    assert gone - signalled >= 1 + 2, stopping.output()  # the setting held, not less
     out = stopping.output()
     assert "the worker is stopping" in out and "no completion is written" in out, out
     assert f"job {job} (hangs)" in out, out
+    assert "waiting up to 2s for them to end (the forced-stop wait" in out, out
 
     rescuer = workers(*APP)
     wait_for(lambda: all_terminal(sql, 1), 60, "the job to be recovered and run")

@@ -1,9 +1,10 @@
 """``acta worker``'s options: parsed by its Typer command (there is no other parser), and
-the values a worker cannot use (a NaN grace, executors out of range) refused before the
-app is imported."""
+the values a worker cannot use (a NaN grace, executors out of range, a forced-stop wait
+that is not a finite number of seconds > 0) refused before the app is imported."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 from collections.abc import Coroutine
@@ -48,12 +49,21 @@ def no_acta_app(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--burst"], {"burst": True}),
         (["--no-burst", "--burst"], {"burst": True}),  # the last one wins, as Click says
         (["--grace", "inf"], {"grace": math.inf}),
+        (["--forced-stop-wait", "2.5"], {"forced_stop_wait": 2.5}),
+        (["--forced-stop-wait=0.5", "--grace=0"], {"forced_stop_wait": 0.5, "grace": 0.0}),
     ],
 )
 def test_the_typer_command_reads_the_options(
     monkeypatch: pytest.MonkeyPatch, args: list[str], expected: dict[str, Any]
 ) -> None:
-    defaults = {"app": None, "executors": None, "namespace": None, "grace": 30.0, "burst": False}
+    defaults = {
+        "app": None,
+        "executors": None,
+        "namespace": None,
+        "grace": 30.0,
+        "forced_stop_wait": None,  # not given: ACTA_FORCED_STOP_WAIT, else 10 s
+        "burst": False,
+    }
     assert typer_reads(monkeypatch, *args) == defaults | expected
 
 
@@ -70,6 +80,8 @@ def test_the_app_comes_from_acta_app_when_not_given(monkeypatch: pytest.MonkeyPa
         ["--executors", "x"],
         ["--executors", "2.5"],
         ["--grace", "soon"],
+        ["--forced-stop-wait", "soon"],
+        ["--forced-stop-wait"],  # no value
         ["--burst=yes"],
         ["--unknown"],
         ["extra"],
@@ -82,7 +94,7 @@ def test_what_typer_refuses_never_reaches_serve(
 
 
 @pytest.mark.parametrize("value", ["\u0663", "\uff13", "3\u0663", "\u0663.5"])
-@pytest.mark.parametrize("option", ["--executors", "--grace"])
+@pytest.mark.parametrize("option", ["--executors", "--grace", "--forced-stop-wait"])
 def test_unicode_digits_are_refused(
     option: str, value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,6 +110,7 @@ def test_serve_takes_the_commands_options_with_its_defaults() -> None:
         n: p.default for n, p in served.items() if n != "app"
     }
     assert served["grace"].default == DEFAULT_GRACE_SECONDS
+    assert served["forced_stop_wait"].default is None  # the setting's own default applies
 
 
 class Served:
@@ -156,3 +169,96 @@ def test_the_app_may_come_from_dotenv(
     (tmp_path / ".env").write_text("ACTA_APP=from.dotenv:acta\n")
     worker_module.serve(None)
     assert served.imported == ["from.dotenv:acta"]
+
+
+@pytest.mark.parametrize(
+    ("wait", "shown"),
+    [
+        (math.nan, "nan"),
+        (-math.nan, "nan"),
+        (-1.0, "-1"),
+        (0.0, "0"),
+        (math.inf, "inf"),
+        (-math.inf, "-inf"),
+    ],
+)
+def test_a_forced_stop_wait_that_is_not_a_finite_number_of_seconds_above_0_is_refused(
+    wait: float, shown: str, served: Served
+) -> None:
+    """Before the app is imported, in one line. 0 would name every cancelled handler as
+    ignoring its cancel; inf would let one SIGTERM hang past a handler that swallows it."""
+    with pytest.raises(ConfigurationError) as caught:
+        worker_module.serve("m:a", forced_stop_wait=wait)
+    assert str(caught.value) == (
+        f"--forced-stop-wait {shown}: must be a finite number of seconds > 0"
+    )
+    assert (served.imported, served.ran) == ([], 0)
+
+
+@pytest.mark.parametrize("wait", [None, 0.001, 2.0, 600.0])
+def test_a_forced_stop_wait_is_handed_to_the_worker_run(
+    wait: float | None, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[dict[str, Any]] = []
+
+    def run_worker(app: object, **options: Any) -> Coroutine[Any, Any, None]:
+        handed.append(options)
+        return asyncio.sleep(0)  # what the runner gets (Served closes it)
+
+    monkeypatch.setattr(worker_module, "run_worker", run_worker)
+    worker_module.serve("m:a", forced_stop_wait=wait)
+    assert served.ran == 1 and handed[0]["forced_stop_wait"] == wait
+
+
+class _Worker:
+    """The worker ``_run`` builds, replaced: the settings it was given."""
+
+    built: list[Any] = []
+    crashed = False
+    stubborn: list[object] = []
+
+    def __init__(self, app: object, settings: Any, **options: object) -> None:
+        self.built.append(settings)
+
+    async def run(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("option", "variable", "expected"),
+    [(None, None, 10.0), (None, "4", 4.0), (2.5, None, 2.5), (2.5, "4", 2.5)],
+    ids=["default", "environment", "option", "option-beats-environment"],
+)
+async def test_the_worker_gets_the_option_else_acta_forced_stop_wait_else_10_s(
+    option: float | None,
+    variable: str | None,
+    expected: float,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    from acta_sqla import Acta
+
+    monkeypatch.chdir(tmp_path)  # no developer's .env
+    monkeypatch.delenv("ACTA_FORCED_STOP_WAIT", raising=False)
+    if variable is not None:
+        monkeypatch.setenv("ACTA_FORCED_STOP_WAIT", variable)
+    monkeypatch.setattr("acta_sqla.worker.Worker", _Worker)
+    monkeypatch.setattr(_Worker, "built", [])
+    await worker_module.run_worker(Acta(), forced_stop_wait=option)
+    [settings] = _Worker.built
+    assert settings.forced_stop_wait == expected
+
+
+async def test_a_bad_acta_forced_stop_wait_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from acta_sqla import Acta
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ACTA_FORCED_STOP_WAIT", "nan")
+    monkeypatch.setattr("acta_sqla.worker.Worker", _Worker)
+    with pytest.raises(ConfigurationError) as caught:
+        await worker_module.run_worker(Acta())
+    assert str(caught.value) == (
+        "invalid setting ACTA_FORCED_STOP_WAIT='nan': must be a finite number of seconds > 0"
+    )

@@ -40,6 +40,7 @@ def test_defaults() -> None:
     assert settings.heartbeat_interval == 45.0
     assert settings.safety_poll_interval == 1.0
     assert settings.executors == default_executors()
+    assert settings.forced_stop_wait == 10.0 == settings_module.DEFAULT_FORCED_STOP_SECONDS
     assert settings.data_dir.name == "pgdata"
 
 
@@ -64,6 +65,7 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACTA_HEARTBEAT_INTERVAL", "10")
     monkeypatch.setenv("ACTA_EXECUTORS", "12")
     monkeypatch.setenv("ACTA_SAFETY_POLL_INTERVAL", "0.5")
+    monkeypatch.setenv("ACTA_FORCED_STOP_WAIT", "2.5")
     monkeypatch.setenv("ACTA_DATA_DIR", "/srv/acta")
 
     settings = load_settings()
@@ -76,6 +78,7 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert (settings.heartbeat_interval, settings.executors) == (10.0, 12)
     assert settings.safety_poll_interval == 0.5
+    assert settings.forced_stop_wait == 2.5
     assert settings.data_dir == Path("/srv/acta")
     assert settings.timings.lease == 40.0
 
@@ -102,6 +105,11 @@ def test_overrides_beat_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ("ACTA_EXECUTORS", "0", "greater than or equal to 1"),
         ("ACTA_EXECUTORS", "2.5", "integer"),
         ("ACTA_SAFETY_POLL_INTERVAL", "0", "greater than 0"),
+        ("ACTA_FORCED_STOP_WAIT", "0", "must be a finite number of seconds > 0"),
+        ("ACTA_FORCED_STOP_WAIT", "-1", "must be a finite number of seconds > 0"),
+        ("ACTA_FORCED_STOP_WAIT", "nan", "must be a finite number of seconds > 0"),
+        ("ACTA_FORCED_STOP_WAIT", "inf", "must be a finite number of seconds > 0"),
+        ("ACTA_FORCED_STOP_WAIT", "soon", "number"),
         ("ACTA_NAMESPACE", "has space", "LISTEN channel"),
         ("ACTA_NAMESPACE", "x" * 59, "1-58 characters"),
         ("ACTA_SCHEMA", "Acta-Schema", "lower-case PostgreSQL identifier"),
@@ -462,3 +470,23 @@ def test_one_rule_for_the_executor_count_and_the_grace() -> None:
     for bad_grace in (-1.0, float("nan")):
         with pytest.raises(ConfigurationError, match=r"^--grace .*: must be >= 0 seconds$"):
             check_grace(bad_grace, f"--grace {bad_grace:g}")
+
+
+def test_one_rule_for_the_forced_stop_wait() -> None:
+    """``ACTA_FORCED_STOP_WAIT`` (the field's validator) and ``acta worker
+    --forced-stop-wait`` (:func:`check_forced_stop`) refuse the same values, saying the same:
+    a finite number of seconds > 0."""
+    from acta_sqla.settings import FORCED_STOP_RULE, check_forced_stop
+
+    assert check_forced_stop(0.001, "x") == 0.001 and check_forced_stop(2.0, "x") == 2.0
+    assert load_settings(forced_stop_wait=0.25).forced_stop_wait == 0.25
+    for bad in (0.0, -0.0, -1.0, float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ConfigurationError) as by_option:
+            check_forced_stop(bad, f"--forced-stop-wait {bad:g}")
+        assert str(by_option.value) == f"--forced-stop-wait {bad:g}: {FORCED_STOP_RULE}"
+        with pytest.raises(ConfigurationError) as by_setting:
+            load_settings(forced_stop_wait=bad)
+        assert str(by_setting.value) == (
+            f"invalid setting ACTA_FORCED_STOP_WAIT={bad!r}: {FORCED_STOP_RULE}"
+        )
+        assert "\n" not in str(by_setting.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -147,3 +148,70 @@ async def test_an_unstarted_row_that_finds_the_channel_full_is_left_to_its_lease
     assert worker.stopped.is_set() and "finalizer.stop" in calls
     assert worker.registry.get(entry.key) is None  # its lease runs out: recovery, uncharged
     assert worker.claimed.empty()
+
+
+class _AdvancingClock:
+    """Loop time that moves only by the waits the shutdown makes (each ends at once)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
+        self.t += seconds
+        await asyncio.sleep(0)
+        return event.is_set()
+
+
+@pytest.mark.parametrize("swallows", [True, False], ids=["ignores-its-cancel", "ends"])
+async def test_the_forced_stop_wait_is_the_setting(swallows: bool) -> None:
+    """After the grace, the handlers still running are cancelled and the worker waits up to
+    ``forced_stop_wait`` for them (then exits past one that swallows its cancel, naming it),
+    and the executors get that long to end (1 s once one is known to be stuck)."""
+    from acta_sqla.worker.inflight import EntryState
+    from acta_sqla.worker.shutdown import STUBBORN_WAIT_SECONDS
+
+    from .fakes import job
+
+    calls: list[str] = []
+    bounds: list[float] = []
+    clock = _AdvancingClock()
+    settings = load_settings(database_url="postgresql://x@127.0.0.1:1/none", forced_stop_wait=2.5)
+    worker = Worker(Acta(), settings, grace=1.0, clock=clock)  # type: ignore[arg-type]
+    for name in ("claimer", "finalizer", "heartbeat", "lifeline", "listener"):
+        setattr(worker, name, _Stage(name, calls))
+    worker.store = _Store(calls)  # type: ignore[assignment]
+    entry = worker.registry.add(job(1), 1e12)
+    entry.state = EntryState.EXECUTING
+
+    class Executors(_Stage):
+        async def stop(self, *bound: float, **options: object) -> int:
+            bounds.extend(bound)
+            return 0
+
+    worker.executors = Executors("executors", calls)  # type: ignore[assignment]
+    cancelled_at: list[float] = []
+    if not swallows:
+        fire = worker.registry.fire
+
+        def cancel_ends_it(e: Any, reason: Any, now: float) -> None:
+            cancelled_at.append(now)
+            fire(e, reason, now)
+            e.state = EntryState.FINALIZING  # the cancel ended it: handed to the finalizer
+
+        worker.registry.fire = cancel_ends_it  # type: ignore[method-assign]
+    start = clock.t
+    await worker.shutdown()
+    assert worker.stopped.is_set()
+    if swallows:
+        # the grace (1 s), then the whole forced-stop wait (2.5 s), then past it
+        assert clock.t - start == pytest.approx(1.0 + 2.5)
+        assert worker.stubborn == [entry] and entry.stop_reason is not None
+        assert bounds == [STUBBORN_WAIT_SECONDS]
+    else:
+        assert cancelled_at == [pytest.approx(start + 1.0)]  # at the grace's end
+        assert clock.t - start == pytest.approx(1.0)  # nothing more waited for
+        assert worker.stubborn == []
+        assert bounds == [2.5]
