@@ -127,6 +127,14 @@ def has_lanes(rows: Sequence[dict[str, Any]]) -> bool:
     return any(row["lane_key"] is not None for row in rows)
 
 
+def unique_child(index: int, kind: str, key: str) -> InvalidJob:
+    """The refusal of a child given a unique key (a job or one of a batch)."""
+    return InvalidJob(
+        f"WaitForChildren: child {index} ({kind}) has unique_key={key!r}; a child cannot be "
+        "unique (its parent must know how many it waits for)"
+    )
+
+
 def child_row(job: Job, index: int) -> dict[str, Any]:
     """One child as the completion's spawn part reads it (``features["children"]``)."""
     from .models import Job
@@ -140,11 +148,7 @@ def child_row(job: Job, index: int) -> dict[str, Any]:
     if d.get("id") is not None:
         raise InvalidJob(f"WaitForChildren: child {index} (job {d['id']}) is already enqueued")
     if d.get("unique_key") is not None:
-        raise InvalidJob(
-            f"WaitForChildren: child {index} ({job.kind}) has unique_key="
-            f"{d['unique_key']!r}; a child cannot be unique (its parent must know how many "
-            "it waits for)"
-        )
+        raise unique_child(index, job.kind, d["unique_key"])
     run_at = d.get("run_at")
     return {
         "namespace": d.get("namespace") or "default",
@@ -166,11 +170,7 @@ def batch_rows(batch: JobBatch, first: int) -> list[dict[str, Any]]:
     if batch.unique_keys is not None:
         for i, key in enumerate(batch.unique_keys):
             if key is not None:
-                raise InvalidJob(
-                    f"WaitForChildren: child {first + i} ({batch.kind}) has unique_key="
-                    f"{key!r}; a child cannot be unique (its parent must know how many it "
-                    "waits for)"
-                )
+                raise unique_child(first + i, batch.kind, key)
     run_at = batch.run_at.isoformat() if batch.run_at is not None else None
     n = len(batch)
     lanes = batch.lane_keys or [None] * n

@@ -107,8 +107,8 @@ async def shutdown(worker: Worker) -> None:
     await worker.claimer.stop()
     handed = hand_back_unstarted(worker)
     await wait_executing(worker, worker.grace)
+    wait = worker.settings.forced_stop_wait
     if running := executing(worker.registry):
-        wait = worker.settings.forced_stop_wait
         if not worker._force.is_set():  # a second signal waits for nothing (its own line)
             log.bind(event="handlers_cancelled", count=running).warning(
                 "the grace is over: cancelling {} running handler(s) and waiting up to {:g}s "
@@ -119,7 +119,7 @@ async def shutdown(worker: Worker) -> None:
         interrupt_all(worker)
         await wait_executing(worker, wait)
     worker.stubborn = report_stubborn(worker.registry)
-    await worker.executors.stop(executors_wait(worker.stubborn, worker.settings.forced_stop_wait))
+    await worker.executors.stop(executors_wait(worker.stubborn, wait))
     await worker.finalizer.stop(FLUSH_SECONDS)
     if worker.killed:  # crash_at's point was the shutdown's last write: write nothing more
         await bury(worker)

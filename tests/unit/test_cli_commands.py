@@ -85,6 +85,19 @@ def test_help_lists_every_command_in_order_and_each_builds() -> None:
         assert f" {name} " in shown.stdout
 
 
+def run_probe(script: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh interpreter in the checkout, with nothing of this process's
+    environment but a PATH (and ``env``): what it imports is its own doing."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
+
+
 PROBE = """
 import atexit, sys
 from acta_sqla.cli import main
@@ -107,14 +120,7 @@ main()
 def test_acta_worker_loads_only_its_own_command() -> None:
     """Parsed by Typer, started without the other commands' modules, SQLAlchemy, Alembic,
     OpenTelemetry or the dashboard (here up to importing the app, which does not exist)."""
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, "worker", "--app", "no_such_module:acta"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    done = run_probe(PROBE, "worker", "--app", "no_such_module:acta")
     assert done.returncode == 2, done.stderr
     first, loaded = done.stderr.splitlines()
     assert first.startswith("acta worker: --app 'no_such_module:acta': cannot import")
@@ -158,14 +164,7 @@ def test_help_reads_no_settings_and_loads_no_database_library(args: list[str]) -
     """Help is Typer's, from the commands' signatures: it imports neither pydantic-settings
     (the settings module) nor asyncpg, SQLAlchemy or Alembic; the commands import them
     when they run."""
-    done = subprocess.run(
-        [sys.executable, "-c", HELP_PROBE, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
-    )
+    done = run_probe(HELP_PROBE, *args, COLUMNS="200")
     assert done.returncode == 0, done.stderr
     assert "Usage: acta" in done.stdout
     assert done.stderr.splitlines()[-1] == "loaded: [] False"
@@ -185,14 +184,7 @@ def test_a_users_error_is_told_from_a_bug_without_importing_sqlalchemy() -> None
     """A command that fails before it touched the database (a worker whose database is
     down, say) classifies its error without importing SQLAlchemy or Alembic for it: an
     error of a library that was never imported cannot have been raised."""
-    done = subprocess.run(
-        [sys.executable, "-c", CLASSIFY],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    done = run_probe(CLASSIFY)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "('ConnectionRefusedError: [Errno 111] Connection refused', 1)",
