@@ -57,11 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
+    import psycopg
+
     from acta_sqla import Context
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -141,12 +141,19 @@ class SqlRunner:
         self.conn: psycopg.Connection | None = None if reconnect else self._connect()
 
     def _connect(self) -> psycopg.Connection:
+        # psycopg is imported here, not with the module: the test apps' handlers import
+        # this module (``record``) in every `acta worker` process of the suite, which would
+        # otherwise each spend ~50 ms of CPU importing a driver they never use.
+        import psycopg
+
         # Where the server may be down, a connect must give up quickly so that the caller's
         # wait_for polls again instead of hanging on a server that is restarting.
         timeout = {"connect_timeout": 3} if self.reconnect else {}
         return psycopg.connect(self.url, autocommit=True, **timeout)
 
     def __call__(self, query: str, *params: object) -> list[tuple[Any, ...]]:
+        import psycopg
+
         for attempt in (1, 2):
             try:
                 if self.conn is None or self.conn.closed:

@@ -8,6 +8,7 @@ never as a traceback. A bug in acta still shows its traceback.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import subprocess
 import sys
@@ -35,6 +36,16 @@ EXIT_FAILURE = 1
 EXIT_CONFIGURATION = 2
 """A setting or option has a value acta cannot use (as Click's usage errors)."""
 EXIT_INTERRUPTED = 130
+
+
+def started() -> None:
+    """A long-running command is built: freeze what start-up allocated out of every later
+    garbage collection and let the collector run again (``main`` paused it; see
+    ``acta_sqla/cli/__init__.py``). A no-op when the collector already runs: a command
+    invoked in-process (a test, ``typer.testing``) leaves its process's collector alone."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _loaded(module: str, *names: str) -> tuple[type[BaseException], ...]:

@@ -18,7 +18,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from ._common import EXIT_CONFIGURATION, cli_namespace, fail, run_cli
+from ._common import EXIT_CONFIGURATION, cli_namespace, fail, run_cli, started
 from .db import DatabaseUrl, _database
 
 PASSWORD_ENV = "ACTA_DASHBOARD_PASSWORD"
@@ -116,6 +116,7 @@ def dashboard(
             ", password required" if password else "",
         )
         config = uvicorn.Config(app, log_level="warning", access_log=False)
+        started()
         uvicorn.Server(config).run(sockets=[listening])
 
 

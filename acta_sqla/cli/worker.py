@@ -21,7 +21,7 @@ from loguru import logger
 
 from ..defaults import DEFAULT_FORCED_STOP_SECONDS, DEFAULT_GRACE_SECONDS
 from ..errors import ConfigurationError, WorkerCrashed
-from ._common import run_cli
+from ._common import run_cli, started
 
 if TYPE_CHECKING:
     from ..app import Acta
@@ -186,6 +186,7 @@ async def _run(
         forced_stop_wait=forced_stop_wait,
     )
     worker = Worker(app, settings, grace=grace, burst=burst)
+    started()
     loop = asyncio.get_running_loop()
     signals = 0
 

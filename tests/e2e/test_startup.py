@@ -1,7 +1,8 @@
 """A worker's own path loads no SQLAlchemy and no Alembic; ``acta worker`` is parsed by its
 Typer command and loads none of the other commands, no OpenTelemetry (the app imports
 none) and no dashboard: start-up is part of every deploy and autoscale. Its settings are
-pydantic-settings' reading of the environment and ``.env``."""
+pydantic-settings' reading of the environment and ``.env``. Start-up runs with the cyclic
+garbage collector paused, and the worker, once built, runs with it again."""
 
 from __future__ import annotations
 
@@ -47,8 +48,11 @@ def test_a_worker_runs_without_loading_what_it_does_not_need(db: str) -> None:
 
 
 PROBE_APP = """
-import atexit, importlib, sys
+import atexit, gc, importlib, sys
 from acta_sqla import Acta, ActaSettings, Context
+
+# The app is imported during start-up, with the collector paused (acta_sqla/cli/__init__.py).
+print("collector at import:", gc.isenabled(), file=sys.stderr)
 
 acta = Acta()
 
@@ -74,6 +78,8 @@ def loaded() -> None:
     commands = sorted(m for m in sys.modules if m.startswith("acta_sqla.cli."))
     dashboard = sorted(m for m in sys.modules if m.startswith("acta_sqla.dashboard"))
     print("loaded:", top, commands, dashboard, file=sys.stderr)
+    # The worker was built: start-up's objects frozen, the collector running again.
+    print("collector once built:", gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr)
 
 UNNEEDED = ("opentelemetry", "sqlalchemy", "alembic", "starlette", "jinja2", "uvicorn")
 atexit.register(loaded)
@@ -95,6 +101,8 @@ def test_acta_worker_is_the_typer_command_and_loads_nothing_else(db, sql, tmp_pa
     assert "settings: pydantic_settings.main" in lines, done.stderr
     assert "loaded: [] ['acta_sqla.cli._common', 'acta_sqla.cli.commands', " in done.stderr
     assert "'acta_sqla.cli.worker'] []" in done.stderr
+    assert "collector at import: False" in lines, done.stderr
+    assert "collector once built: True True" in lines, done.stderr
     assert sql("SELECT executors, heartbeat_seconds, status FROM acta.worker") == [
         (3, 7.0, "stopped")
     ]
