@@ -7,7 +7,8 @@ the collector would walk them again and again (about a fifth of a worker's start
 A long-running command (``acta worker``, ``acta dashboard``) calls
 :func:`acta_sqla.cli._common.started` once it is built: the start-up objects are frozen
 out of every later collection (``gc.freeze``) and the collector runs again. A bounded
-command (``acta jobs``, ``acta db``, ``acta demo``'s few seconds, …) ends with it paused.
+command (``acta jobs``, ``acta db``, ``acta demo``'s few seconds, …) runs with it paused
+to the end; ``main`` turns it back on as it returns or raises, for a program that calls it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ from typing import Any
 
 
 def main() -> None:
+    paused = gc.isenabled()
     gc.disable()  # until _common.started(); see the module's docstring
-    from ._common import configure_logging, run_app
-    from .commands import app
+    try:
+        from ._common import configure_logging, run_app
+        from .commands import app
 
-    configure_logging()
-    run_app(app)
+        configure_logging()
+        run_app(app)
+    finally:
+        if paused:  # called from a program of its own: its collector as it was
+            gc.enable()
 
 
 def __getattr__(name: str) -> Any:
