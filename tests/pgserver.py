@@ -113,6 +113,14 @@ def init_cluster(data_dir: Path) -> None:
     server.ensure_pgdata_inited()
 
 
+SERVER_SETTINGS = """
+# tests/pgserver.py: the run's server is shared by every pytest-xdist worker, each with
+# its test's connections and its `acta worker` processes' pools (PostgreSQL's default of
+# 100 refused connections at eight workers).
+max_connections = 300
+"""
+
+
 class RunDir:
     """The folder of one pytest run, shared by its controller and xdist workers."""
 
@@ -140,6 +148,10 @@ class RunDir:
         if configured:
             return plain_url(configured)
         with self.locked():
+            if not (self.data_dir / "PG_VERSION").exists():
+                init_cluster(self.data_dir)  # as embedded.start would, with our settings
+                with (self.data_dir / "postgresql.conf").open("a", encoding="utf-8") as conf:
+                    conf.write(SERVER_SETTINGS)
             url = plain_url(embedded.start(self.data_dir))
             self._server_file.write_text(url)
         return url
