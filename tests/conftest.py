@@ -145,7 +145,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first, dealt across the pytest-xdist workers (tests/ordering.py)."""
     durations = ordering.load_durations()
     seconds = [ordering.estimate(item.nodeid, durations) for item in items]
-    items[:] = ordering.arrange(items, seconds, ordering.worker_count())
+    busy = [ordering.is_busy(item.nodeid) for item in items]
+    items[:] = ordering.arrange(items, seconds, ordering.worker_count(), busy)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

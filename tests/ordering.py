@@ -61,6 +61,11 @@ tests are usually quicker; these are for new tests): the tiers that wait on real
 and leases first."""
 OTHER_SECONDS = 0.2
 
+BUSY_TIERS = frozenset({"db", "unit", "dashboard", "docs", "model", "typing"})
+"""The folders whose tests keep a core busy while they run (the test's own process and the
+server, or a browser), unlike those that mostly wait on `acta worker` processes, leases
+and timeouts (faults, e2e, examples, kit): :func:`spread` mixes the two in each slice."""
+
 T = TypeVar("T")
 
 
@@ -82,6 +87,11 @@ def estimate(nodeid: str, durations: Mapping[str, float]) -> float:
     return OTHER_SECONDS
 
 
+def is_busy(nodeid: str) -> bool:
+    parts = nodeid.split("::", 1)[0].split("/")
+    return len(parts) >= 3 and parts[0] == "tests" and parts[1] in BUSY_TIERS
+
+
 def worker_count() -> int:
     """The number of pytest-xdist workers of this run (1 without xdist or with ``-n 0``)."""
     try:
@@ -101,9 +111,15 @@ def slice_sizes(total: int, workers: int) -> list[int]:
     return sizes
 
 
-def arrange(items: Sequence[T], seconds: Sequence[float], workers: int) -> list[T]:
+def arrange(
+    items: Sequence[T],
+    seconds: Sequence[float],
+    workers: int,
+    busy: Sequence[bool] | None = None,
+) -> list[T]:
     """``items`` in the order described in the module's docstring; ``seconds[i]`` is the
-    estimate of ``items[i]``. A permutation: every item once."""
+    estimate of ``items[i]``, ``busy[i]`` whether it keeps a core busy (:func:`is_busy`;
+    None: none does). A permutation: every item once."""
     order = sorted(range(len(items)), key=lambda i: (-seconds[i], i))
     sizes = [s for s in slice_sizes(len(items), workers) if s > 0] or [0]
     slices: list[list[int]] = [[] for _ in sizes]
@@ -113,7 +129,31 @@ def arrange(items: Sequence[T], seconds: Sequence[float], workers: int) -> list[
         k = min(open_, key=lambda k: (loads[k], k))
         slices[k].append(i)
         loads[k] += seconds[i]
+    if busy is not None and len(slices) > 1:
+        slices = [spread(s, seconds, busy) for s in slices]
     return [items[i] for s in slices for i in s]
+
+
+def spread(chunk: list[int], seconds: Sequence[float], busy: Sequence[bool]) -> list[int]:
+    """One worker's slice (longest first) with its busy tests spread over it instead of
+    bunched at its end: each kind keeps its own longest-first order, and a test's place is
+    the share of its kind's time that runs before it. Every worker then keeps about the
+    same share of the cores busy from start to end, rather than all waiting together
+    first and all competing for the cores together last; each kind still ends on its
+    quickest tests, which stealing moves."""
+    waiting = [i for i in chunk if not busy[i]]
+    working = [i for i in chunk if busy[i]]
+
+    def starts(kind: list[int]) -> list[tuple[float, int]]:
+        total = sum(seconds[i] for i in kind) or 1.0
+        keyed, before = [], 0.0
+        for i in kind:
+            keyed.append((before / total, i))
+            before += seconds[i]
+        return keyed
+
+    merged = sorted(starts(waiting) + starts(working), key=lambda kv: (kv[0], not busy[kv[1]]))
+    return [i for _, i in merged]
 
 
 def recorded(
