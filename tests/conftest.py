@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import compileall
 import gc
+import os
 import re
 import secrets
 import shutil
@@ -151,6 +152,22 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, in the controller: hand each worker the run's folder."""
     node.workerinput[RUN_DIR_KEY] = str(node.config.stash[_RUN_DIR].path)
+
+
+WORKERS = 7
+"""pytest-xdist workers on the run's own server (``-n auto``, pyproject.toml): the suite
+mostly waits on real processes, so seven overlap those waits on two cores (measured:
+docs/performance.md, "The run is CPU-bound")."""
+WORKERS_ON_A_GIVEN_SERVER = 6
+"""The same on the server of ``ACTA_TEST_DATABASE_URL``: its ``max_connections`` is not
+the run's to raise (the run's own server allows 300, tests/pgserver.py), and six workers
+stay under PostgreSQL's default 100 with their tests' connections and `acta worker`
+processes."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: :data:`WORKERS`, or :data:`WORKERS_ON_A_GIVEN_SERVER`."""
+    return WORKERS_ON_A_GIVEN_SERVER if os.environ.get("ACTA_TEST_DATABASE_URL") else WORKERS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
