@@ -71,3 +71,31 @@ def test_recording_keeps_what_did_not_run_and_drops_what_is_gone_or_quick(tmp_pa
 def test_the_checked_in_file_reads() -> None:
     durations = ordering.load_durations()
     assert durations and all(v >= ordering.RECORD_MIN_SECONDS for v in durations.values())
+
+
+def test_a_slice_spreads_its_busy_tests_between_its_waiting_ones() -> None:
+    # Four waiting tests (40 s in all) and four busy ones (4 s): one slice.
+    seconds = [20.0, 10.0, 6.0, 4.0, 1.0, 1.0, 1.0, 1.0]
+    busy = [False] * 4 + [True] * 4
+    order = ordering.spread(list(range(8)), seconds, busy)
+    assert sorted(order) == list(range(8))
+    waiting = [i for i in order if not busy[i]]
+    working = [i for i in order if busy[i]]
+    assert waiting == [0, 1, 2, 3] and working == [4, 5, 6, 7]  # each kind longest first
+    # A test's place is the share of its kind's time before it (busy first on a tie):
+    # waiting 0, .5, .75, .9; busy 0, .25, .5, .75. The busy ones are dealt out between the
+    # waiting ones, not bunched at the end as longest-first put them.
+    assert order == [4, 0, 5, 6, 1, 7, 2, 3]
+
+
+def test_arrange_spreads_only_with_workers_and_busy_flags() -> None:
+    seconds = [5.0, 1.0, 4.0, 1.0]
+    busy = [False, True, False, True]
+    items = ["w5", "b1", "w4", "b1'"]
+    assert ordering.arrange(items, seconds, 1, busy) == ["w5", "w4", "b1", "b1'"]
+    two = ordering.arrange(items, seconds, 2, busy)
+    assert sorted(two) == sorted(items)
+    assert two[:2] in (["b1", "w5"], ["b1'", "w5"])  # the first slice: busy one beside the longest
+    assert ordering.is_busy("tests/db/test_x.py::test_a") and not ordering.is_busy(
+        "tests/faults/test_x.py::test_a"
+    )
