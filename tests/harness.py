@@ -131,8 +131,9 @@ class SqlRunner:
     """``run(query, *params)``: one statement on this runner's own autocommit connection,
     rows back ([] for none). The ONE way tests run SQL on the side of the code under test.
 
-    ``reconnect``: for a database that restarts under the test (tests/faults/cluster.py):
-    a call reconnects as needed, and while the server is down it raises
+    ``reconnect``: for a database that restarts under the test (tests/faults/cluster.py),
+    or a connection kept for a whole session (``db``'s reset, tests/conftest.py): a call
+    reconnects as needed, and while the server is down it raises
     ``psycopg.OperationalError``."""
 
     def __init__(self, url: str, *, reconnect: bool = False) -> None:
@@ -152,6 +153,14 @@ class SqlRunner:
         return psycopg.connect(self.url, autocommit=True, **timeout)
 
     def __call__(self, query: str, *params: object) -> list[tuple[Any, ...]]:
+        return self._run(query, params)
+
+    def script(self, statements: str) -> None:
+        """Run a text of one or more statements, without parameters (its ``%`` are the
+        server's, as in ``format('%I', ...)``)."""
+        self._run(statements, None)
+
+    def _run(self, query: str, params: tuple[object, ...] | None) -> list[tuple[Any, ...]]:
         import psycopg
 
         for attempt in (1, 2):

@@ -78,18 +78,20 @@ def load_durations(path: Path = DURATIONS_FILE) -> dict[str, float]:
         return {}
 
 
+def tier(nodeid: str) -> str | None:
+    """The folder under tests/ of a test (``tests/<tier>/...``), None elsewhere."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return parts[1] if len(parts) >= 3 and parts[0] == "tests" else None
+
+
 def estimate(nodeid: str, durations: Mapping[str, float]) -> float:
     if nodeid in durations:
         return durations[nodeid]
-    parts = nodeid.split("::", 1)[0].split("/")
-    if len(parts) >= 3 and parts[0] == "tests":
-        return TIER_SECONDS.get(parts[1], OTHER_SECONDS)
-    return OTHER_SECONDS
+    return TIER_SECONDS.get(tier(nodeid) or "", OTHER_SECONDS)
 
 
 def is_busy(nodeid: str) -> bool:
-    parts = nodeid.split("::", 1)[0].split("/")
-    return len(parts) >= 3 and parts[0] == "tests" and parts[1] in BUSY_TIERS
+    return tier(nodeid) in BUSY_TIERS
 
 
 def worker_count() -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 
 def main() -> None:
-    paused = gc.isenabled()
+    was_on = gc.isenabled()
     gc.disable()  # until _common.started(); see the module's docstring
     try:
         from ._common import configure_logging, run_app
@@ -27,7 +27,7 @@ def main() -> None:
         configure_logging()
         run_app(app)
     finally:
-        if paused:  # called from a program of its own: its collector as it was
+        if was_on:  # called from a program of its own: its collector as it was
             gc.enable()
 
 
